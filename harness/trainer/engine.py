@@ -1,0 +1,72 @@
+"""What the training loop asks of a way to run the model: one interface, two implementations.
+
+The loop owns data, optimizer, records and dumps; an engine owns where the model's parts live and
+how one step's forward and backward run over them. `SingleDeviceEngine` is the reference;
+`harness.trainer.parallel` provides the engine for pipeline / tensor / data parallelism. Both
+compute the same loss: the mean cross-entropy over every token of the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Engine(Protocol):
+    parts: list[nn.Module]
+    """The modules holding this rank's parameters (the optimizer updates exactly these)."""
+
+    reports_loss: bool
+    """True on the one rank that prints and records the step (the last stage's first rank)."""
+
+    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> float | None:
+        """Run one step: inputs and targets are (microbatches, B, T) for the whole step, every
+        data-parallel rank's share included. Leaves the parameters' .grad as the gradient of the
+        step's mean loss, and returns that loss where reports_loss, else None."""
+
+    def gradients(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, full gradient) of each parameter this rank writes in a gradient dump. Over all
+        ranks every parameter is yielded exactly once, under its single-device name."""
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean token cross-entropy, computed in float32 whatever the compute dtype."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(0, 1))
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+class SingleDeviceEngine:
+    """The whole model on one device, with gradient accumulation over the step's microbatches."""
+
+    def __init__(self, model: nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+        self.model = model
+        self.parts = [model]
+        self.reports_loss = True
+        self.device = device
+        self.dtype = dtype
+
+    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        microbatches = inputs.shape[0]
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for x, y in zip(inputs.to(self.device), targets.to(self.device)):
+            with autocast(self.device, self.dtype):
+                logits = self.model(x)
+            # Each microbatch's mean divided by their count: the step's mean over all tokens.
+            loss = cross_entropy(logits, y) / microbatches
+            loss.backward()
+            total += loss.detach()
+        return float(total)
+
+    def gradients(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, parameter in self.model.named_parameters():
+            if parameter.grad is not None:
+                yield name, parameter.grad
