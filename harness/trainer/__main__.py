@@ -1,0 +1,3 @@
+from harness.trainer.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""The reference trainer's entry point: `python -m harness.trainer` or `torchrun -m harness.trainer`.
+
+Everything that can be refused is refused before any model is built: flags, checkpoint header,
+token file, layout and (with more than one process) the parallel configuration. Every rank
+reaches the same verdict from the same flags, so every rank exits non-zero and none waits on
+another; only rank 0 prints the message.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from typing import Sequence
+
+from harness.layout import LayoutError, resolve_layout
+from harness.trainer.flags import FlagError, TrainerFlags, check_batch_arithmetic, parse_flags
+from harness.trainer.llmc import LlmcFormatError, read_checkpoint_header, read_tokens
+
+EXIT_BAD_INPUT = 2
+
+
+def _rank_and_world() -> tuple[int, int]:
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _check_inputs(flags: TrainerFlags):
+    """Read headers and resolve the layout; raises the project's errors on bad input."""
+    if not flags.llmc_filepath:
+        raise FlagError("--llmc_filepath is required: the llm.c checkpoint to train")
+    if not flags.input_bin:
+        raise FlagError("--input_bin is required: the llm.c token file to train on")
+    model_kind, config = read_checkpoint_header(flags.llmc_filepath)
+    if flags.model is not None and flags.model != model_kind:
+        raise FlagError(
+            f"--model={flags.model}, but --llmc_filepath={flags.llmc_filepath} holds a "
+            f"{model_kind} checkpoint"
+        )
+    if flags.sequence_length > config.block_size:
+        raise FlagError(
+            f"--sequence_length={flags.sequence_length} exceeds the model's block_size "
+            f"{config.block_size} ({flags.llmc_filepath})"
+        )
+    layout = resolve_layout(
+        config.n_layer,
+        flags.pipeline_parallel,
+        flags.virtual_pipeline_parallel,
+        partition=flags.pipeline_layer_partition,
+        costs=flags.pipeline_layer_costs,
+        chunk_layout=flags.pipeline_chunk_layout,
+        megatron_layout=flags.pipeline_model_parallel_layout,
+    )
+    return model_kind, config, layout
+
+
+def _peak_memory_mb(device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    # ru_maxrss is in KiB on Linux: the process's peak resident memory.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _build_optimizer(flags: TrainerFlags, parameters):
+    import torch
+
+    if flags.optimizer == "sgd":
+        return torch.optim.SGD(parameters, lr=flags.learning_rate)
+    # llm.c's AdamW settings.
+    return torch.optim.AdamW(
+        parameters,
+        lr=flags.learning_rate,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        weight_decay=flags.weight_decay,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    rank, world_size = _rank_and_world()
+    flags = parse_flags(argv)
+    try:
+        model_kind, config, layout = _check_inputs(flags)
+        parallel = world_size > 1 or flags.pipeline_parallel > 1 or flags.tensor_parallel > 1
+        if parallel:
+            from harness.trainer.parallel import validate_parallel
+
+            data_parallel = validate_parallel(flags, config, layout, world_size)
+        else:
+            data_parallel = 1
+        microbatches_per_rank = check_batch_arithmetic(flags, data_parallel)
+        tokens = read_tokens(flags.input_bin, vocab_size=config.vocab_size)
+    except (FlagError, LayoutError, LlmcFormatError, FileNotFoundError) as error:
+        if rank == 0:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    return _train(flags, config, layout, tokens, microbatches_per_rank * data_parallel, parallel)
+
+
+def _train(flags, config, layout, tokens, microbatches, parallel: bool) -> int:
+    import torch
+
+    from harness.trainer.data import StepBatches
+    from harness.trainer.engine import SingleDeviceEngine
+    from harness.trainer.gradient_dump import write_gradients, write_manifest
+    from harness.trainer.llmc import read_checkpoint
+    from harness.trainer.profiling import LayerProfiler, append_records, profile_path
+    from harness.trainer.records import RunRecorder, StepRecord, environment, format_step_line
+
+    torch.manual_seed(flags.seed)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[flags.dtype]
+    checkpoint = read_checkpoint(flags.llmc_filepath)
+    rank, world_size = _rank_and_world()
+    if parallel:
+        from harness.trainer.parallel import build_parallel_engine, init_distributed
+
+        world = init_distributed(flags)
+        engine = build_parallel_engine(flags, checkpoint, layout, world)
+        device, mesh = world.device, world.mesh_sizes
+    else:
+        from harness.trainer.models import build_model, load_weights
+
+        device = torch.device(flags.device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", 0)
+        model = build_model(checkpoint.config)
+        load_weights(model, checkpoint.tensors)
+        engine = SingleDeviceEngine(model.to(device), device, dtype)
+        mesh = {"pp": 1, "dp": 1, "tp": 1}
+    del checkpoint
+
+    parameters = [p for part in engine.parts for p in part.parameters()]
+    optimizer = _build_optimizer(flags, parameters)
+    batches = StepBatches(tokens, flags.batch_size, flags.sequence_length, microbatches)
+    profiler = LayerProfiler(engine.parts, device, rank) if flags.profile_layers else None
+    if profiler is not None:
+        timings_file = profile_path(flags.profile_layers, rank, world_size)
+        timings_file.parent.mkdir(parents=True, exist_ok=True)
+        timings_file.write_text("")
+    recorder = RunRecorder(flags.output_dir if engine.reports_loss else None)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    recorder.write_run(flags, environment(device_name, world_size, mesh), config, layout)
+    if rank == 0:
+        print(f"pipeline layout:\n{layout}", flush=True)
+
+    for step in range(1, flags.num_iteration + 1):
+        started = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        inputs, targets = batches.next_step()
+        loss = engine.forward_backward(torch.from_numpy(inputs), torch.from_numpy(targets))
+        if step == 1 and flags.dump_gradients:
+            _dump_gradients(flags.dump_gradients, engine, rank, write_gradients, write_manifest)
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - started
+        if profiler is not None:
+            append_records(timings_file, profiler.take_records(step))
+        if engine.reports_loss:
+            record = StepRecord(
+                step=step,
+                loss=float(loss),
+                lr=flags.learning_rate,
+                step_time_ms=elapsed * 1e3,
+                tokens_per_s=flags.step_tokens / elapsed,
+                peak_memory_mb=_peak_memory_mb(device),
+            )
+            recorder.write_step(record)
+            print(format_step_line(record, flags.num_iteration, mesh["dp"], mesh["tp"], mesh["pp"]),
+                  flush=True)
+    if parallel:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+def _dump_gradients(directory, engine, rank, write_gradients, write_manifest) -> None:
+    entries = write_gradients(directory, engine.gradients(), rank=rank)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        gathered: list = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, entries)
+        entries = [entry for rank_entries in gathered for entry in rank_entries]
+        if rank != 0:
+            return
+    write_manifest(directory, entries, step=1)
