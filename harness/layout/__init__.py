@@ -1,0 +1,14 @@
+"""Pipeline layouts: which transformer layers, and the embedding / final norm / lm head, live on
+which pipeline stage and virtual chunk. Pure Python; importing it never imports torch.
+
+See docs/pipeline_layout_guide.md.
+"""
+
+from .costs import LayerCosts, parse_costs
+from .errors import LayoutError
+from .layout import PipelineLayout
+from .resolve import resolve_layout
+from .solver import balance_stages, stage_costs
+
+__all__ = ["LayerCosts", "LayoutError", "PipelineLayout", "balance_stages", "parse_costs",
+           "resolve_layout", "stage_costs"]
