@@ -7,13 +7,13 @@ global layer indices, docs/design.md), strictly.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch
 from torch import nn
 
+from harness.trainer.models.common import ModelPart
 from harness.trainer.models.configs import GPT2Config, LLaMA3Config
 from harness.trainer.models.gpt2 import GPT2
 from harness.trainer.models.llama3 import LLaMA3
@@ -23,6 +23,7 @@ __all__ = [
     "GPT2Config",
     "LLaMA3",
     "LLaMA3Config",
+    "ModelPart",
     "build_model",
     "load_weights",
     "source_name",
@@ -52,12 +53,10 @@ def build_model(
 def source_name(module: nn.Module, name: str) -> str:
     """The tensor name a parameter of ``module`` is loaded from / reported under.
 
-    The same as its own name, except a GPT-2 part's ``lm_head.weight`` (the tied head on a part
-    without the embedding), which is ``wte.weight``.
+    Its own name, except a GPT-2 part's ``lm_head.weight`` (the tied head on a part without
+    the embedding), which is ``wte.weight``.
     """
-    if isinstance(module, GPT2) and name == "lm_head.weight":
-        return "wte.weight"
-    return name
+    return module.source_name(name) if isinstance(module, ModelPart) else name
 
 
 def load_weights(
@@ -105,9 +104,3 @@ def _as_tensor(value: np.ndarray | torch.Tensor) -> torch.Tensor:
         arr = np.array(arr, copy=True, order="C")  # from_numpy wants a writable array
     return torch.from_numpy(arr)
 
-
-def _named_generator(seed: int, name: str) -> torch.Generator:
-    """A CPU generator seeded from (seed, parameter name), for init that parts agree on."""
-    g = torch.Generator()
-    g.manual_seed((int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
-    return g

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.trainer.models.common import ModelPart
 from harness.trainer.models.configs import GPT2Config
 
 LAYER_NORM_EPS = 1e-5
@@ -105,17 +106,7 @@ class LMHead(nn.Module):
         return F.linear(x, self.weight[: self.vocab_size])
 
 
-def _layer_indices(layers: Iterable[int] | None, n_layer: int, owner: str) -> list[int]:
-    indices = list(range(n_layer)) if layers is None else [int(i) for i in layers]
-    for i in indices:
-        if not 0 <= i < n_layer:
-            raise ValueError(f"{owner}: layer index {i} is outside 0..{n_layer - 1}")
-    if len(set(indices)) != len(indices):
-        raise ValueError(f"{owner}: repeated layer indices in {indices}")
-    return indices
-
-
-class GPT2(nn.Module):
+class GPT2(ModelPart):
     """GPT-2, or any contiguous part of it (a pipeline stage / chunk).
 
     forward(x): x is token ids (B, T) long when the part holds the embedding, hidden states
@@ -131,13 +122,7 @@ class GPT2(nn.Module):
         final_norm: bool = True,
         lm_head: bool = True,
     ):
-        super().__init__()
-        self.config = config
-        self.layer_indices = _layer_indices(layers, config.n_layer, "GPT2")
-        self.has_embedding = bool(embedding)
-        self.has_final_norm = bool(final_norm)
-        self.has_lm_head = bool(lm_head)
-
+        super().__init__(config, layers, embedding, final_norm, lm_head)
         if self.has_embedding:
             self.wte = nn.Embedding(config.padded_vocab_size, config.n_embd)
             self.wpe = nn.Embedding(config.block_size, config.n_embd)
@@ -150,14 +135,10 @@ class GPT2(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.has_embedding:
-            T = x.shape[1]
-            if T > self.config.block_size:
-                raise ValueError(
-                    f"sequence length {T} exceeds block_size {self.config.block_size}"
-                )
-            pos = torch.arange(T, device=x.device)
+            self.check_length(x.shape[1])
+            pos = torch.arange(x.shape[1], device=x.device)
             x = self.wte(x) + self.wpe(pos)
-        elif not self.h and not self.has_final_norm and not self.has_lm_head:
+        elif self.is_empty:
             # an empty pipeline chunk: identity, as a fresh tensor (no aliasing of the input)
             return x.clone()
         for block in self.h.values():
@@ -171,21 +152,6 @@ class GPT2(nn.Module):
                 x = self.lm_head(x)
         return x
 
-    @torch.no_grad()
-    def init_weights(self, seed: int = 0) -> None:
-        """Deterministic GPT-2-style init: N(0, 0.02) weights, zero biases, unit norms.
-
-        Each parameter draws from a generator seeded by (seed, its name), so a part gets the
-        same values as the same names in the whole model (``lm_head.weight`` as ``wte.weight``).
-        """
-        from harness.trainer.models import _named_generator
-
-        for name, p in self.named_parameters():
-            key = "wte.weight" if name == "lm_head.weight" else name
-            if ".ln_" in f".{name}":  # h.{i}.ln_1 / ln_2, ln_f
-                p.fill_(1.0 if name.endswith("weight") else 0.0)
-            elif name.endswith("bias"):
-                p.zero_()
-            else:
-                g = _named_generator(seed, key)
-                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32).mul_(0.02))
+    def source_name(self, name: str) -> str:
+        """``lm_head.weight`` (the tied head on a part without wte) is ``wte.weight``."""
+        return "wte.weight" if name == "lm_head.weight" else name

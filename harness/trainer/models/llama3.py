@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.trainer.models.common import ModelPart
 from harness.trainer.models.configs import LLaMA3Config
-from harness.trainer.models.gpt2 import _layer_indices
 
 # llama3 RoPE frequency scaling, as Meta's apply_scaling hard-codes it
 ROPE_SCALE_FACTOR = 8.0
@@ -174,7 +174,7 @@ class Block(nn.Module):
         return x
 
 
-class LLaMA3(nn.Module):
+class LLaMA3(ModelPart):
     """LLaMA 3, or any contiguous part of it (a pipeline stage / chunk).
 
     forward(x): x is token ids (B, T) long when the part holds the embedding, hidden states
@@ -190,13 +190,7 @@ class LLaMA3(nn.Module):
         final_norm: bool = True,
         lm_head: bool = True,
     ):
-        super().__init__()
-        self.config = config
-        self.layer_indices = _layer_indices(layers, config.n_layer, "LLaMA3")
-        self.has_embedding = bool(embedding)
-        self.has_final_norm = bool(final_norm)
-        self.has_lm_head = bool(lm_head)
-
+        super().__init__(config, layers, embedding, final_norm, lm_head)
         if self.has_embedding:
             self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.h = nn.ModuleDict({str(i): Block(config) for i in self.layer_indices})
@@ -218,8 +212,7 @@ class LLaMA3(nn.Module):
         self.rope = self._compute_rope(device)
 
     def _rope_for(self, T: int, device: torch.device) -> torch.Tensor:
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        self.check_length(T)
         # Module.to(dtype) casts float buffers too; RoPE is always applied in float32, so a
         # cast (or moved, or meta) table is recomputed rather than used at lower precision.
         if self.rope.dtype != torch.float32 or self.rope.device != device:
@@ -229,7 +222,7 @@ class LLaMA3(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.has_embedding:
             x = self.wte(x)
-        elif not self.h and not self.has_final_norm and not self.has_lm_head:
+        elif self.is_empty:
             # an empty pipeline chunk: identity, as a fresh tensor (no aliasing of the input)
             return x.clone()
         if self.h:
@@ -242,19 +235,7 @@ class LLaMA3(nn.Module):
             x = self.lm_head(x)
         return x
 
-    @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
-        """Deterministic init: N(0, 0.02) matrices, unit norms; also recomputes the RoPE table.
-
-        Each parameter draws from a generator seeded by (seed, its name), so a part gets the
-        same values as the same names in the whole model.
-        """
-        from harness.trainer.models import _named_generator
-
-        for name, p in self.named_parameters():
-            if ".ln_" in f".{name}":
-                p.fill_(1.0)
-            else:
-                g = _named_generator(seed, name)
-                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32).mul_(0.02))
+        """ModelPart's name-seeded init, and a fresh RoPE table."""
+        super().init_weights(seed)
         self.init_buffers()
