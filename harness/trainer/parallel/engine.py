@@ -1,0 +1,157 @@
+"""ParallelEngine: the Engine contract (harness.trainer.engine) over a (pp, dp, tp) mesh.
+
+One step on every rank:
+
+1. the rank's data-parallel shard of the step's microbatches (data.data_parallel_shard);
+2. with pp > 1, the pipeline schedule runs them through this rank's chunks. The loss_fn is the
+   per-microbatch mean cross-entropy and the schedule is built with scale_grads=True, so torch
+   divides the summed gradients by the microbatch count after the last backward: the mean over
+   this rank's microbatches, as SingleDeviceEngine's `loss / microbatches` accumulation gives.
+   With pp = 1 a plain local loop does the same;
+3. GPT-2's tied embedding: the first chunk's `wte.weight` and the last chunk's `lm_head.weight`
+   are separate Parameters (different pipeline stages) holding the same values; their gradients
+   are summed (an all-reduce over the two ranks holding them, or locally when one rank holds
+   both, as with V-shaped layouts) and both get the sum, so the optimizer keeps them identical;
+4. data parallel: the mean over the dp group (data_parallel.py);
+5. the loss: the mean over microbatches, averaged over dp, on the ranks of the last chunk; the
+   reporting rank is (stage of the last chunk, dp 0, tp 0).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from harness.trainer.data import data_parallel_shard
+from harness.trainer.engine import autocast, cross_entropy
+from harness.trainer.parallel.data_parallel import all_reduce_mean
+from harness.trainer.parallel.pipeline import ChunkSpec
+from harness.trainer.parallel.tensor_parallel import full_gradient
+from harness.trainer.parallel.validate import ParallelPlan
+from harness.trainer.parallel.world import World
+
+
+class ParallelEngine:
+    def __init__(
+        self,
+        world: World,
+        plan: ParallelPlan,
+        config,
+        chunks: list[tuple[ChunkSpec, nn.Module]],
+        n_chunks: int,
+        schedule,
+        dtype: torch.dtype,
+        tied_group=None,
+    ) -> None:
+        self.world = world
+        self.plan = plan
+        self.config = config
+        self.chunks = chunks
+        self.n_chunks = n_chunks
+        self.schedule = schedule
+        self.dtype = dtype
+        self.device = world.device
+        self.parts = [module for _spec, module in chunks]
+        self.holds_first = any(spec.index == 0 for spec, _ in chunks)
+        self.holds_last = any(spec.index == n_chunks - 1 for spec, _ in chunks)
+        self.reports_loss = self.holds_last and world.dp_rank == 0 and world.tp_rank == 0
+        self.tied = _is_gpt2(config) and plan.pp > 1
+        self.tied_group = tied_group
+
+    # -- the step ------------------------------------------------------------------------------
+    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> float | None:
+        w = self.world
+        x = data_parallel_shard(inputs, w.dp_rank, w.dp)
+        y = data_parallel_shard(targets, w.dp_rank, w.dp)
+        m = x.shape[0]
+        if self.schedule is None:
+            total = self._local_step(x, y)
+        else:
+            total = self._pipeline_step(x, y)
+        if self.tied:
+            self._reduce_tied_embedding()
+        if w.dp > 1:
+            all_reduce_mean(self._gradients_to_reduce(), w.group("dp"), w.dp)
+        if not self.holds_last:
+            return None
+        loss = total / m
+        if w.dp > 1:
+            dist.all_reduce(loss, group=w.group("dp"))
+            loss = loss / w.dp
+        return float(loss) if self.reports_loss else None
+
+    def _local_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        (model,) = self.parts
+        m = x.shape[0]
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for xb, yb in zip(x.to(self.device), y.to(self.device)):
+            with autocast(self.device, self.dtype):
+                logits = model(xb)
+            loss = cross_entropy(logits, yb) / m
+            loss.backward()
+            total += loss.detach()
+        return total * m  # sum of the microbatch means
+
+    def _pipeline_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        m, B, T = x.shape
+        args = (x.reshape(m * B, T).to(self.device),) if self.holds_first else ()
+        kwargs = {}
+        losses: list[torch.Tensor] = []
+        if self.holds_last:
+            kwargs = {"target": y.reshape(m * B, T).to(self.device), "losses": losses}
+        with autocast(self.device, self.dtype):
+            self.schedule.step(*args, **kwargs)
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for loss in losses:
+            total += loss.detach().to(torch.float64)
+        return total
+
+    def _reduce_tied_embedding(self) -> None:
+        wte = lm_head = None
+        for _spec, module in self.chunks:
+            params = dict(module.named_parameters())
+            wte = params.get("wte.weight", wte)
+            lm_head = params.get("lm_head.weight", lm_head)
+        if wte is not None and lm_head is not None:  # one rank holds both ends
+            total = wte.grad + lm_head.grad
+            wte.grad.copy_(total)
+            lm_head.grad.copy_(total)
+            return
+        param = wte if wte is not None else lm_head
+        if param is None:
+            return
+        dist.all_reduce(param.grad, group=self.tied_group)
+
+    def _gradients_to_reduce(self) -> list[torch.Tensor]:
+        return [
+            p.grad for module in self.parts for p in module.parameters() if p.grad is not None
+        ]
+
+    # -- the dump ------------------------------------------------------------------------------
+    def gradients(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Gathers every TP-sharded gradient now (collectives over the TP group: call this on
+        every rank), then yields on dp rank 0 / tp rank 0 only. GPT-2's `lm_head.weight` on a
+        part without the embedding is the tied wte, reported once as `wte.weight` by the first
+        chunk's rank, its gradient already the sum of both uses."""
+        w = self.world
+        writes = w.dp_rank == 0 and w.tp_rank == 0
+        out = []
+        for _spec, module in self.chunks:
+            for name, p in module.named_parameters():
+                if p.grad is None:
+                    continue
+                if self.tied and name == "lm_head.weight":
+                    continue
+                g = full_gradient(name, p.grad, self.config, w.tp)
+                if writes:
+                    out.append((name, g))
+        return iter(out)
+
+
+def _is_gpt2(config) -> bool:
+    from harness.trainer.models.configs import GPT2Config
+
+    return isinstance(config, GPT2Config)
