@@ -1,7 +1,8 @@
 """GPT-2 against an independent implementation: Hugging Face transformers' GPT2LMHeadModel.
 
 HF's random weights are converted to our (llm.c) names, with a padded vocabulary whose extra
-rows are random, and logits, loss and every parameter's gradient must agree.
+rows are random, written as an llm.c checkpoint and read back; logits, loss and every
+parameter's gradient must then agree.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from harness.trainer.llmc import read_checkpoint, write_checkpoint
 from harness.trainer.models import GPT2, GPT2Config, build_model, load_weights
 
 transformers = pytest.importorskip("transformers")
@@ -94,11 +96,15 @@ def hf_grads_in_our_names(hf) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def hf_and_ours():
+def hf_and_ours(tmp_path_factory):
+    """HF's weights converted and written as an llm.c file, then our model read from it."""
     hf = make_hf_model()
     tensors = hf_to_llmc(hf)
-    ours = build_model(CONFIG)
-    load_weights(ours, tensors)
+    path = write_checkpoint(tmp_path_factory.mktemp("gpt2") / "hf.bin", CONFIG, tensors)
+    checkpoint = read_checkpoint(path, mmap=True)  # read-only arrays, as the trainer may use
+    assert checkpoint.config == CONFIG
+    ours = build_model(checkpoint.config)
+    load_weights(ours, checkpoint.tensors)
     return hf, ours, tensors
 
 

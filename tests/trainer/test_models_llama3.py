@@ -1,8 +1,9 @@
 """LLaMA 3 against an independent implementation: Hugging Face transformers' LlamaForCausalLM.
 
 HF stores q_proj / k_proj rows permuted for its rotate_half RoPE (its converter permutes Meta's
-interleaved weights); converting to llm.c / Meta layout inverts that permutation. Logits and
-every parameter's gradient must then agree, with and without the llama3 RoPE scaling.
+interleaved weights); converting to llm.c / Meta layout inverts that permutation. Written as an
+llm.c checkpoint and read back, logits and every parameter's gradient must then agree, with and
+without the llama3 RoPE scaling.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from harness.trainer.llmc import read_checkpoint, write_checkpoint
 from harness.trainer.models import LLaMA3, LLaMA3Config, build_model, load_weights
 from harness.trainer.models.llama3 import rope_frequencies
 
@@ -111,12 +113,15 @@ CASES = [(500000.0, True), (10000.0, True), (10000.0, False)]
 
 
 @pytest.mark.parametrize(("theta", "scaled"), CASES)
-def test_llama3_matches_hf_logits_and_grads(theta, scaled):
+def test_llama3_matches_hf_logits_and_grads(theta, scaled, tmp_path):
     config = our_config(theta, scaled)
     hf = make_hf_model(config)
     tensors = {k: v.detach().numpy().copy() for k, v in hf_named(hf, lambda p: p).items()}
-    ours = build_model(config)
-    load_weights(ours, tensors)
+    # through an llm.c file, as the trainer loads it (the header stores eps / theta as float32)
+    checkpoint = read_checkpoint(write_checkpoint(tmp_path / "hf.bin", config, tensors))
+    assert checkpoint.config.use_scaled_rope == scaled
+    ours = build_model(checkpoint.config)
+    load_weights(ours, checkpoint.tensors)
 
     g = torch.Generator().manual_seed(2)
     T = 40

@@ -56,6 +56,11 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         qkv = self.c_attn(x)  # (B, T, 3 * n_local_heads * hd), rows [q; k; v]
+        if qkv.shape[-1] % (3 * self.head_dim):
+            raise ValueError(
+                f"c_attn gives {qkv.shape[-1]} features: not whole [q; k; v] heads of "
+                f"head_dim {self.head_dim}"
+            )
         local = qkv.shape[-1] // 3
         q, k, v = qkv.split(local, dim=-1)
         # (B, T, nh, hd) -> (B, nh, T, hd); nh is whatever this (possibly sharded) layer holds

@@ -131,7 +131,13 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         qkv = self.c_attn(x)
-        n_kv = qkv.shape[-1] // (self.head_dim * (self.n_rep + 2))
+        group = self.head_dim * (self.n_rep + 2)  # one kv head with its n_rep q heads
+        if qkv.shape[-1] % group:
+            raise ValueError(
+                f"c_attn gives {qkv.shape[-1]} features: not whole GQA groups of {group} "
+                f"({self.n_rep} q heads + k + v, head_dim {self.head_dim})"
+            )
+        n_kv = qkv.shape[-1] // group
         kv_width = n_kv * self.head_dim
         q, k, v = qkv.split([self.n_rep * kv_width, kv_width, kv_width], dim=-1)
         q = q.view(B, T, -1, self.head_dim)
