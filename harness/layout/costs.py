@@ -29,9 +29,9 @@ class LayerCosts:
         for name in TAGS.values():
             object.__setattr__(self, name, _checked(getattr(self, name), f"{name} cost"))
 
-    def check_layers(self, num_layers: int) -> None:
+    def check_layers(self, num_layers: int, text: str | None = None) -> None:
         if len(self.layers) != num_layers:
-            raise LayoutError(f"{flag_value(COSTS_FLAG, self.to_spec())} gives {len(self.layers)} layer costs, "
+            raise LayoutError(f"{flag_value(COSTS_FLAG, self.to_spec() if text is None else text)} gives {len(self.layers)} layer costs, "
                               f"but the model has {num_layers} layers; expected one cost per layer")
 
     def to_spec(self) -> str:
@@ -69,7 +69,7 @@ def parse_costs(text: str, num_layers: int | None = None) -> LayerCosts:
     if not layers:
         raise LayoutError(f"{flag_value(COSTS_FLAG, text)} has no layer costs; expected {EXPECTED}")
     if num_layers is not None:
-        costs.check_layers(num_layers)
+        costs.check_layers(num_layers, text)
     return costs
 
 
@@ -85,16 +85,17 @@ def _layer_run(text: str, entry: str) -> list[float]:
 
 
 def _cost(text: str, entry: str, value: str) -> float:
+    what = repr(value) if value == entry else f"{value!r} in {entry!r}"
     try:
         cost = float(value)
     except ValueError:
-        raise LayoutError(f"{flag_value(COSTS_FLAG, text)}: {value!r} in {entry!r} is not a number; "
+        raise LayoutError(f"{flag_value(COSTS_FLAG, text)}: {what} is not a number; "
                           f"expected {EXPECTED}") from None
     if not math.isfinite(cost):
-        raise LayoutError(f"{flag_value(COSTS_FLAG, text)}: cost {value!r} in {entry!r} is not finite; "
+        raise LayoutError(f"{flag_value(COSTS_FLAG, text)}: cost {what} is not finite; "
                           f"expected a finite cost >= 0")
     if cost < 0:
-        raise LayoutError(f"{flag_value(COSTS_FLAG, text)}: cost {value!r} in {entry!r} is negative; "
+        raise LayoutError(f"{flag_value(COSTS_FLAG, text)}: cost {what} is negative; "
                           f"expected a finite cost >= 0")
     return cost + 0.0  # -0.0 becomes 0.0, so equal specs compare and render equal
 

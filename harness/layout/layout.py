@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .costs import LayerCosts, parse_costs
-from .errors import LayoutError, PP_FLAG, VPP_FLAG, check_count
+from .errors import COSTS_FLAG, PP_FLAG, VPP_FLAG, LayoutError, check_count, flag_value
 from .megatron import parse_megatron, render_megatron
 from .partition import parse_chunk_layout, parse_partition
 from .render import describe as render_layout
@@ -75,7 +75,11 @@ class PipelineLayout:
         """The partition minimizing the slowest stage for per-layer costs ("1x8,L:4.5"); vpp is 1."""
         check_count(PP_FLAG, pp)
         spec = costs if isinstance(costs, LayerCosts) else parse_costs(costs, num_layers)
-        spec.check_layers(num_layers)
+        text = costs if isinstance(costs, str) else spec.to_spec()
+        spec.check_layers(num_layers, text)
+        if num_layers < pp:
+            raise LayoutError(f"{flag_value(COSTS_FLAG, text)} gives {num_layers} layer costs, but {PP_FLAG} "
+                              f"is {pp}; expected at least one layer per stage")
         counts = balance_stages(spec.layers, pp, spec.embedding, spec.lm_head)
         return cls.from_chunk_sizes(num_layers, pp, list(enumerate(counts)))
 

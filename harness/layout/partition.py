@@ -34,7 +34,7 @@ def parse_partition(num_layers: int, partition: str | Sequence[int], pp: int | N
                               f"but {PP_FLAG} is {pp}; expected one layer count per stage")
     if sum(counts) != num_layers:
         raise LayoutError(f"{flag_value(PARTITION_FLAG, text)}: pipeline layer partition sums to {sum(counts)} "
-                          f"layers, but the model has {num_layers} layers")
+                          f"layers, but the model has {num_layers} layers; expected entries summing to {num_layers}")
     return counts
 
 
@@ -58,7 +58,7 @@ def parse_chunk_layout(num_layers: int, pp: int, text: str) -> list[tuple[int, i
     total = sum(n for _, n in chunks)
     if total != num_layers:
         raise LayoutError(f"{flag_value(CHUNK_LAYOUT_FLAG, text)} holds {total} layers, "
-                          f"but the model has {num_layers} layers")
+                          f"but the model has {num_layers} layers; expected layer counts summing to {num_layers}")
     return chunks
 
 
