@@ -14,10 +14,10 @@ is itself an achievable value, so in practice a few dozen probes suffice. 512 la
 stages take a few milliseconds.
 
 Tie-break. Many partitions can share the optimal slowest stage. We return the one closest to the
-uniform split: boundaries are fixed from the first stage on, each placed as near as possible to
-where `PipelineLayout.uniform` puts it (on an exact tie, the later position, i.e. more layers to
-the earlier stage), within the range that still allows an optimal completion. So equal costs give
-exactly the uniform split, and the choice is deterministic.
+uniform split: boundaries are fixed from the first stage on, each one the uniform split's boundary
+clamped into the interval of positions that still allow an optimal completion. So equal costs
+give exactly the uniform split, an already optimal uniform split is kept, and the answer is
+deterministic.
 """
 
 from __future__ import annotations
