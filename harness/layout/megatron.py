@@ -35,8 +35,11 @@ def parse_megatron(num_layers: int, pp: int, text: str) -> list[int]:
     check_count(PP_FLAG, pp)
     if not isinstance(text, str):
         raise LayoutError(f"{MEGATRON_FLAG} must be a string, got {text!r}")
-    parser = _Parser(text)
-    items = parser.items(top=True)
+    try:
+        items = _Parser(text).items(top=True)
+    except RecursionError:
+        raise LayoutError(f"{flag_value(MEGATRON_FLAG, text)}: groups nest too deeply; "
+                          f"expected a few levels of '(...)' at most") from None
     # Bound the expansion before doing it: a valid layout has num_layers t's, E, N, L and a
     # modest number of separators, so 't*1000000000' is refused here instead of eating memory.
     limit = 4 * (num_layers + pp) + 64
@@ -100,7 +103,7 @@ class _Parser:
         self.pos += 1
         self.peek()
         start = self.pos
-        while self.pos < len(self.text) and self.text[self.pos].isdigit():
+        while self.pos < len(self.text) and self.text[self.pos] in "0123456789":
             self.pos += 1
         digits = self.text[start:self.pos]
         if not digits or int(digits) < 1:

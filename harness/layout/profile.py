@@ -24,11 +24,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Iterator
-
-import numpy as np
 
 from .costs import LayerCosts
 from .errors import LayoutError
@@ -67,7 +66,7 @@ def read_profile(paths: Iterable[str | Path], warmup_samples: int = 1) -> LayerC
         if not kept[layer]:
             raise LayoutError(f"{', '.join(paths)}: layer {layer} has {count} sample(s), all dropped as "
                               f"warm-up (--warmup-samples {warmup_samples}); expected more samples, e.g. more steps")
-    cost = {layer: float(np.median(values)) for layer, values in kept.items()}
+    cost = {layer: float(statistics.median(values)) for layer, values in kept.items()}
     return LayerCosts(tuple(cost[i] for i in layers), cost.get("embedding", 0.0), cost.get("lm_head", 0.0))
 
 

@@ -85,6 +85,8 @@ CASES = {
     "megatron missing count": (megatron("Et|t*L"), [MEG, "'*' is followed by 'L' at position 4"]),
     "megatron star first": (megatron("*Et|tttL"), [MEG, "'*' has nothing to repeat at position 0"]),
     "megatron huge repeat": (megatron("Et*1000000000|L"), [MEG, "expands to more than"]),
+    "megatron unicode digit": (megatron("Et|t*\u00b2L"), [MEG, "'*' is followed by '\u00b2' at position 4"]),
+    "megatron deep nesting": (megatron("E" + "(" * 5000 + "t" + ")" * 5000 + "|tttL"), [MEG, "groups nest too deeply"]),
     "megatron vpp disagrees": (megatron("Et|t|t|tNL", vpp=3), [MEG, "gives 2 chunks per stage", f"{VPP} is 3"]),
     # sizes
     "pp zero": (lambda: resolve_layout(8, 0), [PP, "must be >= 1, got 0"]),
