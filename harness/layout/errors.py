@@ -36,7 +36,7 @@ def split_entries(flag: str, text: str, what: str) -> list[str]:
 
 
 def parse_int(flag: str, text: str, entry: str, what: str, minimum: int) -> int:
-    """An integer entry >= minimum; rejects '1.5', '+3' spelled oddly is fine, '0x3' is not."""
+    """A base-10 integer entry >= minimum ('1.5' and '0x3' are refused)."""
     try:
         value = int(entry, 10)
     except ValueError:
