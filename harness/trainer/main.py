@@ -143,7 +143,7 @@ def _train(flags, config, layout, tokens, microbatches, parallel: bool) -> int:
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     recorder.write_run(flags, environment(device_name, world_size, mesh), config, layout)
     if rank == 0:
-        print(f"pipeline layout:\n{layout}", flush=True)
+        print(layout, flush=True)
 
     for step in range(1, flags.num_iteration + 1):
         started = time.perf_counter()
