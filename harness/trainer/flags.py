@@ -176,9 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_flags(argv: Sequence[str] | None = None) -> TrainerFlags:
     """Parse argv; unknown flags and bad values exit with argparse's usage error (code 2)."""
     namespace = build_parser().parse_args(argv)
-    flags = TrainerFlags(**vars(namespace))
-    check_batch_arithmetic(flags, data_parallel=1)
-    return flags
+    return TrainerFlags(**vars(namespace))
 
 
 def check_batch_arithmetic(flags: TrainerFlags, data_parallel: int) -> int:

@@ -1,0 +1,128 @@
+"""The single-device trainer through its command line: records, step line, dumps, bad input."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from harness.layout import PipelineLayout
+from harness.trainer.gradient_dump import read_manifest
+from harness.trainer.main import main
+from harness.trainer.models import build_model
+from harness.trainer.records import read_steps
+
+STEP_LINE = re.compile(
+    r"^step +(\d+)/3 \| train loss (\d+\.\d{6}) \| lr 1\.00e-03 \| \(\d+\.\d ms \| \d+ tok/s \| "
+    r"peak used: \d+ MB \| DP=1, TP=1, PP=1\)$"
+)
+
+
+def _flags(assets, model, out):
+    return [
+        "--llmc_filepath", str(assets.checkpoint(model)),
+        "--input_bin", str(assets.tokens(model)),
+        "--batch_size", "2", "--sequence_length", "16", "--total_batch_size", "64",
+        "--num_iteration", "3", "--learning_rate", "1e-3",
+        "--output_dir", str(out), "--dump_gradients", str(out / "grads"),
+        "--profile_layers", str(out / "timings.jsonl"),
+    ]
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama3"])
+def test_cli_trains_and_writes_records_step_lines_and_gradients(tiny_assets, tmp_path, model):
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.trainer", "--model", model,
+         *_flags(tiny_assets, model, tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("step")]
+    matches = [STEP_LINE.match(line) for line in lines]
+    assert all(matches) and [int(m.group(1)) for m in matches] == [1, 2, 3], lines
+
+    steps = read_steps(tmp_path)
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    # The log line is rounded; the record keeps full precision.
+    for match, record in zip(matches, steps):
+        assert float(match.group(2)) == pytest.approx(record["loss"], abs=5e-7)
+        assert record["tokens_per_s"] > 0 and record["peak_memory_mb"] > 0
+    assert 4.0 < steps[0]["loss"] < 7.0  # near ln(256) for a fresh synthetic model
+
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["format"] == "harness.run/1" and run["flags"]["model"] == model
+    assert PipelineLayout.from_dict(run["layout"]) == PipelineLayout.uniform(8, 1)
+    assert run["environment"]["world_size"] == 1 and run["environment"]["torch"]
+
+    # Gradient dump: one file per parameter, single-device names, the parameter's shape.
+    from harness.trainer.llmc import read_checkpoint_header
+
+    _, config = read_checkpoint_header(tiny_assets.checkpoint(model))
+    expected = {name: tuple(p.shape) for name, p in build_model(config).named_parameters()}
+    manifest = read_manifest(tmp_path / "grads")
+    assert {p["name"]: tuple(p["shape"]) for p in manifest["parameters"]} == expected
+    for name, shape in expected.items():
+        gradient = np.load(tmp_path / "grads" / f"{name}.npy")
+        assert gradient.shape == shape and gradient.dtype == np.float32
+        assert np.isfinite(gradient).all()
+    assert np.abs(np.load(tmp_path / "grads" / "h.7.mlp.c_fc.weight.npy")).max() > 0
+
+    # Per-layer timings in the suggestion tool's format: every layer, every step.
+    timings = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
+    assert {(t["step"], t["layer"]) for t in timings} == {
+        (step, layer) for step in (1, 2, 3) for layer in [*range(8), "embedding", "lm_head"]
+    }
+    assert all(t["forward_ms"] > 0 and t["backward_ms"] > 0 for t in timings)
+
+
+def test_profiled_run_feeds_the_suggestion_tool(tiny_assets, tmp_path):
+    assert main(_flags(tiny_assets, "gpt2", tmp_path)) == 0
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.layout.suggest", "--pipeline-parallel", "2",
+         "--profile", str(tmp_path / "timings.jsonl"), "--json"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    suggestion = json.loads(result.stdout)
+    assert sum(suggestion["partition"]) == 8 and len(suggestion["partition"]) == 2
+
+
+def test_same_seed_and_files_give_bitwise_identical_losses(tiny_assets, tmp_path):
+    for run in ("a", "b"):
+        assert main(_flags(tiny_assets, "llama3", tmp_path / run)) == 0
+    losses = [[s["loss"] for s in read_steps(tmp_path / run)] for run in ("a", "b")]
+    assert losses[0] == losses[1] and len(losses[0]) == 3
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--model", "llama3"], "--model=llama3, but --llmc_filepath="),
+        (["--sequence_length", "65"], "--sequence_length=65 exceeds the model's block_size 64"),
+        (["--total_batch_size", "48"], "--total_batch_size=48 is not a multiple of"),
+        (["--pipeline_layer_partition", "3,5"], "--pipeline_layer_partition"),
+        (["--pipeline_layer_costs", "1x7"], "--pipeline_layer_costs"),
+        (["--pipeline_model_parallel_layout", "Et*8NLm"], "'m'"),
+    ],
+)
+def test_bad_input_is_refused_before_training_with_one_message(
+    tiny_assets, tmp_path, capsys, extra, message
+):
+    argv = [*_flags(tiny_assets, "gpt2", tmp_path), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "steps.jsonl").exists()
+
+
+def test_missing_and_damaged_files_are_refused_naming_the_file(tiny_assets, tmp_path, capsys):
+    argv = _flags(tiny_assets, "gpt2", tmp_path)
+    missing = str(tmp_path / "nope.bin")
+    assert main([*argv, "--input_bin", missing]) == 2
+    assert missing in capsys.readouterr().err
+    damaged = tmp_path / "short.bin"
+    damaged.write_bytes(tiny_assets.checkpoint("gpt2").read_bytes()[:-4])
+    assert main([*argv, "--llmc_filepath", str(damaged)]) == 2
+    assert str(damaged) in capsys.readouterr().err
