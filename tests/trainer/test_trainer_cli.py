@@ -126,3 +126,17 @@ def test_missing_and_damaged_files_are_refused_naming_the_file(tiny_assets, tmp_
     damaged.write_bytes(tiny_assets.checkpoint("gpt2").read_bytes()[:-4])
     assert main([*argv, "--llmc_filepath", str(damaged)]) == 2
     assert str(damaged) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_bfloat16_compute_tracks_float32_and_optimizers_lower_the_loss(tiny_assets, tmp_path, optimizer):
+    common = [*_flags(tiny_assets, "gpt2", tmp_path), "--optimizer", optimizer,
+              "--learning_rate", "3e-3", "--num_iteration", "6"]
+    assert main([*common, "--output_dir", str(tmp_path / "fp32")]) == 0
+    assert main([*common, "--output_dir", str(tmp_path / "bf16"), "--dtype", "bfloat16"]) == 0
+    fp32 = [s["loss"] for s in read_steps(tmp_path / "fp32")]
+    bf16 = [s["loss"] for s in read_steps(tmp_path / "bf16")]
+    assert fp32 != bf16  # bf16 really ran in bf16
+    assert np.allclose(bf16, fp32, atol=5e-2)
+    if optimizer == "adamw":
+        assert fp32[-1] < fp32[0] - 0.1
