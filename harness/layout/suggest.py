@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(report["flag"])
+    print(report["flag"], flush=True)
     u, imp = report["uniform"], report["modeled_improvement"]
     print(f"# stage costs {_fmt(report['stage_costs'])}, slowest {report['slowest_stage']['cost']:.6g} "
           f"(stage {report['slowest_stage']['stage']}); uniform {','.join(map(str, u['partition']))}: "
