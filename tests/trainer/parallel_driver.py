@@ -66,11 +66,17 @@ CASES = [
     ("dp2", "llama3", 2, dict()),
     ("tp2", "gpt2", 2, dict(tensor_parallel=2)),
     ("tp2", "llama3", 2, dict(tensor_parallel=2)),
+    ("tp2_sp", "gpt2", 2, dict(tensor_parallel=2, sequence_parallel=True)),
+    ("tp2_sp", "llama3", 2, dict(tensor_parallel=2, sequence_parallel=True)),
     ("dp2_pp2", "gpt2", 4, dict(pipeline_parallel=2, pipeline_schedule="GPipe")),
     ("dp2_pp2", "llama3", 4, dict(pipeline_parallel=2, virtual_pipeline_parallel=2)),
     ("tp2_pp2", "gpt2", 4, dict(pipeline_parallel=2, tensor_parallel=2,
                                  pipeline_chunk_layout="0:1,1:2,1:0,0:1")),
     ("tp2_pp2", "llama3", 4, dict(pipeline_parallel=2, tensor_parallel=2)),
+    ("tp2_sp_pp2", "gpt2", 4, dict(pipeline_parallel=2, tensor_parallel=2, sequence_parallel=True,
+                                    pipeline_model_parallel_layout="Et*2|t||tNL")),
+    ("tp2_sp_pp2", "llama3", 4, dict(pipeline_parallel=2, tensor_parallel=2, sequence_parallel=True,
+                                      pipeline_chunk_layout="0:1,1:2,1:0,0:1")),
 ]
 
 BASE = dict(batch_size=2, sequence_length=16, total_batch_size=2 * 16 * 4, learning_rate=LR)

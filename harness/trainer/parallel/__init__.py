@@ -70,9 +70,10 @@ def build_parallel_engine(flags, checkpoint, layout, world: World):
     for _spec, module in local:
         module.to(world.device)
         if plan.tp > 1:
-            from harness.trainer.parallel.tensor_parallel import apply_tensor_parallel
+            from harness.trainer.parallel import tensor_parallel as tpmod
 
-            apply_tensor_parallel(module, config, world.mesh["tp"])
+            apply = tpmod.apply_sequence_parallel if plan.sequence_parallel else tpmod.apply_tensor_parallel
+            apply(module, config, world.mesh["tp"])
 
     tied_group = _tied_embedding_group(world, specs) if plan.pp > 1 else None
     schedule = None

@@ -27,8 +27,8 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return t._local_tensor if isinstance(t, DTensor) else t
 
 
-def all_reduce_mean(tensors: Iterable[torch.Tensor], group, size: int) -> None:
-    """In place: each tensor becomes its mean over the group (bucketed, flattened per dtype)."""
+def all_reduce_mean(tensors: Iterable[torch.Tensor], group, size: int, average: bool = True) -> None:
+    """In place: each tensor becomes its mean (or sum) over the group (bucketed per dtype)."""
     if size == 1:
         return
     locals_ = [local_tensor(t) for t in tensors]
@@ -41,7 +41,8 @@ def all_reduce_mean(tensors: Iterable[torch.Tensor], group, size: int) -> None:
             return
         flat = torch.cat([t.reshape(-1) for t in bucket])
         dist.all_reduce(flat, group=group)
-        flat.div_(size)
+        if average:
+            flat.div_(size)
         offset = 0
         for t in bucket:
             t.copy_(flat[offset : offset + t.numel()].view_as(t))

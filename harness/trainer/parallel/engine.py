@@ -71,6 +71,16 @@ class ParallelEngine:
             total = self._local_step(x, y)
         else:
             total = self._pipeline_step(x, y)
+        if self.plan.sequence_parallel:
+            from harness.trainer.parallel.tensor_parallel import sequence_parallel_parameters
+
+            grads = [
+                p.grad
+                for module in self.parts
+                for name, p in module.named_parameters()
+                if name in set(sequence_parallel_parameters(module)) and p.grad is not None
+            ]
+            all_reduce_mean(grads, w.group("tp"), w.tp, average=False)
         if self.tied:
             self._reduce_tied_embedding()
         if w.dp > 1:

@@ -97,3 +97,121 @@ def full_gradient(name: str, grad: torch.Tensor, config, tp: int) -> torch.Tenso
         n_head, n_kv, hd = head_counts(config)
         grad = grad[inverse_permutation(qkv_shard_permutation(n_head, n_kv, hd, tp))]
     return grad
+
+
+# -- sequence parallel ---------------------------------------------------------------------------
+#
+# `--sequence_parallel` (Megatron's): between the TP regions, activations are split along the
+# sequence over the TP group, so the norms and residual adds run on T / tp tokens per rank.
+#
+# * after the embedding (forward hooks on wte, and on wpe whose output is (T, C)) each rank keeps
+#   its sequence slice; the backward all-gathers the slices' gradients, so the embedding's
+#   gradient is full on every rank;
+# * each block's attention and MLP input is all-gathered to the full sequence
+#   (PrepareModuleInput Shard(1) -> Replicate), the column-parallel linears run as without SP,
+#   and the row-parallel c_proj reduce-scatters to the sequence slice (output_layouts=Shard(1));
+#   LLaMA's RoPE table is swapped for the full sequence's (the part computed it from T / tp);
+# * the final norm's output is all-gathered before the (replicated) head, whose backward takes
+#   this rank's slice of the (identical) gradient;
+# * the norms' weights (and biases) saw only this rank's tokens: their gradients are summed over
+#   the TP group after the backward (`sequence_parallel_parameters`), as Megatron does.
+# Pipeline stages pass the sequence slice (B, T / tp, C) from stage to stage.
+
+
+class _ScatterSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, group, rank, size):
+        ctx.dim, ctx.group, ctx.size = dim, group, size
+        return x.chunk(size, dim=dim)[rank].contiguous()
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(grad) for _ in range(ctx.size)]
+        dist.all_gather(parts, grad.contiguous(), group=ctx.group)
+        return torch.cat(parts, dim=ctx.dim), None, None, None, None
+
+
+class _GatherSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, group, rank, size):
+        import torch.distributed as dist
+
+        ctx.dim, ctx.rank, ctx.size = dim, rank, size
+        parts = [torch.empty_like(x) for _ in range(size)]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        return torch.cat(parts, dim=dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.chunk(ctx.size, dim=ctx.dim)[ctx.rank].contiguous(), None, None, None, None
+
+
+def sequence_parallel_parameters(part: nn.Module) -> list[str]:
+    """Names of the parameters whose gradient must be summed over the TP group under SP."""
+    return [name for name, _ in part.named_parameters() if ".ln_" in f".{name}"]
+
+
+def apply_sequence_parallel(part: nn.Module, config, tp_mesh) -> None:
+    """TP with sequence parallelism on a model part (instead of apply_tensor_parallel)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    group, rank, size = tp_mesh.get_group(), tp_mesh.get_local_rank(), tp_mesh.size()
+
+    def scatter_hook(dim):
+        return lambda _m, _args, out: _ScatterSequence.apply(out, dim, group, rank, size)
+
+    if hasattr(part, "wte"):
+        part.wte.register_forward_hook(scatter_hook(1))
+    if hasattr(part, "wpe"):
+        part.wpe.register_forward_hook(scatter_hook(0))
+    if hasattr(part, "ln_f"):
+        part.ln_f.register_forward_hook(
+            lambda _m, _args, out: _GatherSequence.apply(out, 1, group, rank, size)
+        )
+
+    n_head, n_kv, hd = head_counts(config)
+    perm = qkv_shard_permutation(n_head, n_kv, hd, size)
+    llama = hasattr(part, "_rope_for")
+    for block in getattr(part, "h", {}).values():
+        with torch.no_grad():
+            c_attn = block.attn.c_attn
+            c_attn.weight.copy_(c_attn.weight[perm])
+            if c_attn.bias is not None:
+                c_attn.bias.copy_(c_attn.bias[perm])
+        if llama:
+            def full_rope(_m, args, _part=part):
+                x, _rope = args
+                return x, _part._rope_for(x.shape[1] * size, x.device)
+
+            block.attn.register_forward_pre_hook(full_rope)
+            attn_in = PrepareModuleInput(
+                input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None),
+                use_local_output=True,
+            )
+        else:
+            attn_in = PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                use_local_output=True,
+            )
+        plan = {
+            "attn": attn_in,
+            "attn.c_attn": ColwiseParallel(),
+            "attn.c_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "mlp": PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                use_local_output=True,
+            ),
+            "mlp.c_fc": ColwiseParallel(),
+            "mlp.c_proj": RowwiseParallel(output_layouts=Shard(1)),
+        }
+        if hasattr(block.mlp, "c_fc2"):
+            plan["mlp.c_fc2"] = ColwiseParallel()
+        parallelize_module(block, tp_mesh, plan)
