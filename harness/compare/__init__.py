@@ -1,0 +1,16 @@
+"""Diff a run against its single-device reference: loss per step and every gradient file."""
+
+from .diff import (
+    GradientDiff,
+    LossDiff,
+    ParameterDiff,
+    compare_gradients,
+    compare_losses,
+    gradient_names,
+    within,
+)
+from .locate import Locator
+from .report import gradient_lines, loss_lines
+
+__all__ = ["GradientDiff", "Locator", "LossDiff", "ParameterDiff", "compare_gradients",
+           "compare_losses", "gradient_lines", "gradient_names", "loss_lines", "within"]

@@ -1,0 +1,309 @@
+"""Trainer backends: how a run is launched and how its outputs are read back.
+
+- HarnessBackend: our trainer, `python -m harness.trainer` for one process and
+  `python -m torch.distributed.run --nproc-per-node N --rdzv-backend c10d
+  --rdzv-endpoint 127.0.0.1:PORT ... -m harness.trainer` (torchrun) for more, with per-rank logs
+  under the run's log folder. Outputs: run.json, steps.jsonl, the gradient dump.
+- CommandBackend: another trainer, from an argv template (a list; placeholders in braces, see
+  PLACEHOLDERS). It must print InfiniTrain-style step lines and dump `<name>.npy` gradients into
+  {gradients_dir}; if it writes our steps.jsonl / run.json into {output_dir} those are used.
+
+Both build argv lists, never shell strings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .process import ProcessResult
+
+PLACEHOLDERS = ("python", "world_size", "port", "output_dir", "gradients_dir", "log_dir",
+                "checkpoint", "input_bin", "model", "case", "device", "devices", "flags")
+# InfiniTrain's per-step line (harness.trainer prints the same shape).
+STEP_LINE = re.compile(
+    r"step\s+(?P<step>\d+)/(?P<total>\d+)\s*\|\s*train loss\s+(?P<loss>\S+)\s*\|\s*"
+    r"lr\s+(?P<lr>\S+)\s*\|\s*\((?P<ms>[\d.]+)\s*ms\s*\|\s*(?P<tps>[\d.]+)\s*tok/s"
+    r"(?:\s*\|\s*peak used:\s*(?P<mem>[\d.]+)\s*MB)?")
+
+
+@dataclass
+class LaunchSpec:
+    case: str  # the case name, or "reference"
+    model: str
+    flags: dict[str, Any]
+    world_size: int
+    checkpoint: Path
+    input_bin: Path
+    output_dir: Path
+    gradients_dir: Path | None
+    log_dir: Path
+    device: str = "cpu"
+    port: int | None = None
+    slots: list[int] = field(default_factory=list)
+
+
+@dataclass
+class RunOutputs:
+    steps: list[dict]
+    gradients_dir: Path | None
+    run_record: dict | None
+
+
+class TrainerBackend(Protocol):
+    name: str
+
+    def version(self) -> str: ...
+
+    def command(self, spec: LaunchSpec) -> list[str]: ...
+
+    def environment(self, spec: LaunchSpec) -> dict[str, str]: ...
+
+    def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs: ...
+
+    def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]: ...
+
+    def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None: ...
+
+
+def flag_argv(flags: dict[str, Any]) -> list[str]:
+    argv = []
+    for name, value in flags.items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        argv.append(f"--{name}={value}")
+    return argv
+
+
+def base_environment(spec: LaunchSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra or {})
+    env["PYTHONUNBUFFERED"] = "1"
+    env["HARNESS_CASE"] = spec.case
+    env["HARNESS_DEVICE_SLOTS"] = ",".join(map(str, spec.slots))
+    if spec.device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.slots))
+    else:
+        # One process per virtual device: keep each to one thread, or N ranks fight for cores.
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    records = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return records
+    for line in lines:
+        line = line.strip()
+        if line:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # a half-written last line from a killed run
+    return records
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def parse_step_lines(text: str) -> list[dict]:
+    """Step records from InfiniTrain-style log lines (the last line per step wins)."""
+    steps: dict[int, dict] = {}
+    for match in STEP_LINE.finditer(text):
+        try:
+            loss = float(match["loss"])
+        except ValueError:
+            loss = math.nan
+        steps[int(match["step"])] = {
+            "step": int(match["step"]), "loss": loss, "lr": _float(match["lr"]),
+            "step_time_ms": _float(match["ms"]), "tokens_per_s": _float(match["tps"]),
+            "peak_memory_mb": _float(match["mem"]) if match["mem"] else None,
+        }
+    return [steps[s] for s in sorted(steps)]
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _hash_tree(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(str(path.name).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class HarnessBackend:
+    """Our reference trainer, through torchrun for more than one process."""
+
+    name = "harness"
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = dict(env or {})
+        self._version: str | None = None
+
+    def version(self) -> str:
+        """The trainer's identity for the reference cache: a hash of its source (trainer and
+        layout packages) and the torch version, so any code change invalidates references."""
+        if self._version is None:
+            import harness
+            from importlib.metadata import PackageNotFoundError, version
+
+            root = Path(harness.__file__).parent
+            files = sorted(p for sub in ("trainer", "layout") for p in (root / sub).rglob("*.py"))
+            try:
+                torch_version = version("torch")
+            except PackageNotFoundError:
+                torch_version = "none"
+            self._version = f"harness-{_hash_tree(files)}-torch-{torch_version}"
+        return self._version
+
+    def command(self, spec: LaunchSpec) -> list[str]:
+        trainer = flag_argv(spec.flags) + [
+            f"--device={spec.device}",
+            f"--llmc_filepath={spec.checkpoint}",
+            f"--input_bin={spec.input_bin}",
+            f"--output_dir={spec.output_dir}",
+        ]
+        if spec.gradients_dir is not None:
+            trainer.append(f"--dump_gradients={spec.gradients_dir}")
+        if spec.world_size == 1:
+            return [sys.executable, "-m", "harness.trainer", *trainer]
+        return [
+            sys.executable, "-m", "torch.distributed.run",
+            "--nproc-per-node", str(spec.world_size),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{spec.port}",
+            "--max-restarts", "0",
+            "--log-dir", str(spec.log_dir / "ranks"), "--redirects", "3", "--tee", "3",
+            "-m", "harness.trainer", *trainer,
+        ]
+
+    def environment(self, spec: LaunchSpec) -> dict[str, str]:
+        return base_environment(spec, self.env)
+
+    def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
+        return RunOutputs(
+            steps=read_jsonl(spec.output_dir / "steps.jsonl"),
+            gradients_dir=spec.gradients_dir,
+            run_record=read_json(spec.output_dir / "run.json"),
+        )
+
+    def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
+        logs: dict[str, list[Path]] = {}
+        for path in sorted((spec.log_dir / "ranks").glob("**/attempt_*/*/*.log")):
+            logs.setdefault(path.parent.name, []).append(path)
+        return logs
+
+    def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None:
+        try:
+            text = result.stderr.read_text(errors="replace") + result.stdout.read_text(errors="replace")
+        except OSError:
+            return None
+        root = text.rfind("Root Cause")
+        match = re.search(r"rank\s*:\s*(\d+)", text[root:]) if root >= 0 else None
+        if match:
+            return match.group(1)
+        return _rank_with_traceback(self.rank_logs(spec, result))
+
+
+def _rank_with_traceback(logs: dict[str, list[Path]]) -> str | None:
+    for rank in sorted(logs, key=lambda r: (len(r), r)):
+        for path in logs[rank]:
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            if "Traceback" in text or "error:" in text:
+                return rank
+    return None
+
+
+class CommandBackend:
+    """Another trainer, from an argv template: each item is formatted with the placeholders
+    (PLACEHOLDERS); an item that is exactly "{flags}" becomes one `--name=value` item per flag.
+    The command launches all its processes itself, given {world_size} and {port}."""
+
+    name = "command"
+
+    def __init__(self, template: list[str] | tuple[str, ...], version: str | None = None,
+                 env: dict[str, str] | None = None, base_dir: Path | None = None) -> None:
+        self.template = list(template)
+        self.env = dict(env or {})
+        self.base_dir = base_dir
+        self._version = version
+        for item in self.template:
+            for name in re.findall(r"{(\w*)}", item):
+                if name not in PLACEHOLDERS:
+                    raise ValueError(f"command template item {item!r}: unknown placeholder "
+                                     f"{{{name}}}; expected one of {', '.join(PLACEHOLDERS)}")
+
+    def version(self) -> str:
+        """The configured version, else a hash of the template and of every file it names."""
+        if self._version is None:
+            digest = hashlib.sha256(json.dumps(self.template).encode())
+            for item in self.template:
+                path = Path(item) if Path(item).is_absolute() or self.base_dir is None \
+                    else self.base_dir / item
+                if "{" not in item and path.is_file():
+                    digest.update(path.read_bytes())
+            self._version = f"command-{digest.hexdigest()[:16]}"
+        return self._version
+
+    def command(self, spec: LaunchSpec) -> list[str]:
+        values = {
+            "python": sys.executable, "world_size": spec.world_size, "port": spec.port or 0,
+            "output_dir": spec.output_dir, "log_dir": spec.log_dir,
+            "gradients_dir": spec.gradients_dir or "", "checkpoint": spec.checkpoint,
+            "input_bin": spec.input_bin, "model": spec.model, "case": spec.case,
+            "device": spec.device, "devices": ",".join(map(str, spec.slots)),
+        }
+        argv = []
+        for item in self.template:
+            if item == "{flags}":
+                argv.extend(flag_argv(spec.flags))
+            else:
+                argv.append(item.format_map(values))
+        return argv
+
+    def environment(self, spec: LaunchSpec) -> dict[str, str]:
+        return base_environment(spec, self.env)
+
+    def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
+        steps = read_jsonl(spec.output_dir / "steps.jsonl")
+        if not steps:
+            text = ""
+            for path in [result.stdout, *sorted(spec.log_dir.glob("**/*.log"))]:
+                try:
+                    text += path.read_text(errors="replace") + "\n"
+                except OSError:
+                    pass
+            steps = parse_step_lines(text)
+        return RunOutputs(steps=steps, gradients_dir=spec.gradients_dir,
+                          run_record=read_json(spec.output_dir / "run.json"))
+
+    def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
+        logs: dict[str, list[Path]] = {}
+        for path in sorted(spec.log_dir.glob("**/*.log")):
+            match = re.search(r"rank[_-]?(\d+)", path.name) or re.search(r"(\d+)", path.parent.name)
+            logs.setdefault(match.group(1) if match else path.stem, []).append(path)
+        return logs
+
+    def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None:
+        return _rank_with_traceback(self.rank_logs(spec, result))

@@ -1,0 +1,119 @@
+"""A fake trainer for the plugin's fast tests, launched through the command-template backend.
+
+It mimics what the harness reads from a trainer: InfiniTrain-style step lines on stdout, one
+log per rank under --log_dir, `<name>.npy` gradients under --gradients_dir, and a run.json with
+the layout. Its behaviour comes from the case id (the last part of --case):
+
+    crash        the last rank raises (a traceback in its log) and exits 3
+    hang         starts a child process, writes its pid to <output_dir>/child.pid, sleeps
+    nan          step 2's loss is NaN and h.0.attn.c_proj.weight holds a NaN
+    missing-grad omits h.1.mlp.c_fc.weight          extra-grad   adds h.9.bogus.weight
+    bad-loss     step 3's loss is off by 0.01       bad-grad     scales h.5.attn.c_proj.weight
+    slow         sleeps 0.15 s (for lease overlap tests)
+Anything else matches the reference exactly. With FAKE_RECORD_DIR set it appends its lease
+(slots, start, end) and every reference run to JSON-lines files there.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+LAYERS = 8
+
+
+def parameter_names(model):
+    names = ["wte.weight"] + (["wpe.weight"] if model == "gpt2" else [])
+    for i in range(LAYERS):
+        names += [f"h.{i}.attn.c_proj.weight", f"h.{i}.mlp.c_fc.weight"]
+    names += ["ln_f.weight"] + (["lm_head.weight"] if model == "llama3" else [])
+    return names
+
+
+def gradient(name, seed):
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    return rng.standard_normal((4, 3)).astype(np.float32)
+
+
+def record(kind, entry):
+    folder = os.environ.get("FAKE_RECORD_DIR")
+    if folder:
+        with open(Path(folder) / f"{kind}.jsonl", "a") as stream:
+            stream.write(json.dumps(entry) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    for name in ("case", "output_dir", "gradients_dir", "log_dir", "model", "devices"):
+        parser.add_argument(f"--{name}", default="")
+    parser.add_argument("--world_size", type=int, default=1)
+    parser.add_argument("--num_iteration", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--pipeline_parallel", type=int, default=1)
+    parser.add_argument("--pipeline_layer_partition", default=None)
+    args, _unknown = parser.parse_known_args()
+    mode = args.case.rsplit("/", 1)[-1]
+    started = time.time()
+    out, logs = Path(args.output_dir), Path(args.log_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    for rank in range(args.world_size):
+        (logs / f"rank{rank}.log").write_text(f"rank {rank} of {args.world_size} starting\n")
+    if args.case == "reference":
+        record("references", {"model": args.model, "pid": os.getpid(), "time": started})
+
+    if "crash" in mode:
+        rank = args.world_size - 1
+        with open(logs / f"rank{rank}.log", "a") as stream:
+            stream.write("Traceback (most recent call last):\n  File \"fake\", line 1\n"
+                         "RuntimeError: planted crash on the last rank\n")
+        sys.exit(3)
+    if "hang" in mode:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        (out / "child.pid").write_text(str(child.pid))
+        time.sleep(600)
+    if "slow" in mode:
+        time.sleep(0.15)
+
+    if args.pipeline_parallel > 1 or args.pipeline_layer_partition:
+        from harness.layout import resolve_layout
+
+        layout = resolve_layout(LAYERS, args.pipeline_parallel,
+                                partition=args.pipeline_layer_partition)
+        (out / "run.json").write_text(json.dumps({"layout": layout.to_dict()}))
+    for step in range(1, args.num_iteration + 1):
+        loss = 5.0 - 0.125 * step
+        if "nan" in mode and step == 2:
+            loss = float("nan")
+        if "bad-loss" in mode and step == 3:
+            loss += 0.01
+        print(f"step {step:4d}/{args.num_iteration} | train loss {loss:.6f} | lr 1.00e-04 | "
+              f"(1.0 ms | {1000 * args.world_size} tok/s | peak used: {10 + args.world_size} MB | "
+              f"DP=1, TP=1, PP={args.pipeline_parallel})", flush=True)
+    if args.gradients_dir:
+        grads = Path(args.gradients_dir)
+        grads.mkdir(parents=True, exist_ok=True)
+        for name in parameter_names(args.model):
+            if "missing-grad" in mode and name == "h.1.mlp.c_fc.weight":
+                continue
+            value = gradient(name, args.seed)
+            if "nan" in mode and name == "h.0.attn.c_proj.weight":
+                value[1, 1] = np.nan
+            if "bad-grad" in mode and name == "h.5.attn.c_proj.weight":
+                value *= 1.5
+            np.save(grads / f"{name}.npy", value)
+        if "extra-grad" in mode:
+            np.save(grads / "h.9.bogus.weight.npy", np.zeros((2,), np.float32))
+    if args.case != "reference":
+        record("leases", {"case": args.case, "slots": args.devices, "start": started,
+                          "end": time.time(), "pid": os.getpid()})
+
+
+if __name__ == "__main__":
+    main()
