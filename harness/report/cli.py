@@ -1,0 +1,53 @@
+"""`python -m harness.report [RESULTS ...] [-o FILE] [--compare OLD]`.
+
+RESULTS: results files, session folders, or an output folder (its latest session); default the
+latest session under reports/harness (the plugin's default --harness-output). The report goes to
+`report.md` in the session folder unless -o says otherwise; the path is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .document import build
+from .reading import DEFAULT_ROOT, NoResults, latest_results, read_session, resolve
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m harness.report",
+        description="Write a markdown report (with PNG plots beside it) of a harness session.")
+    p.add_argument("results", nargs="*", metavar="RESULTS",
+                   help="results.jsonl files, session folders, or an output folder "
+                        f"(default: the latest session under {DEFAULT_ROOT})")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="the markdown file (default: report.md beside the first results file)")
+    p.add_argument("--compare", metavar="OLD_RESULTS",
+                   help="an earlier session (file or folder) to compare against: newly failing "
+                        "and passing cases, tokens/s ratios")
+    p.add_argument("--no-plots", action="store_true", help="tables only, no PNG files")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        paths = [resolve(r) for r in args.results] or [latest_results(DEFAULT_ROOT)]
+        previous = read_session([resolve(args.compare)]) if args.compare else None
+    except NoResults as error:
+        print(f"harness.report: {error}", file=sys.stderr)
+        return 2
+    session = read_session(paths)
+    out = Path(args.output) if args.output else paths[0].parent / "report.md"
+    report = build(session, out, previous, with_plots=not args.no_plots)
+    counts = {s: sum(r["status"] == s for r in session.records)
+              for s in ("passed", "failed", "skipped", "error")}
+    print(f"report: {report.path.resolve()} ({len(session.records)} cases: "
+          + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+          + (f"; {len(report.images)} plots" if report.images else "")
+          + (f"; {len(session.bad_lines)} unreadable lines" if session.bad_lines else "")
+          + (f"; {len(session.unrecorded)} cases without a result" if session.unrecorded else "")
+          + ")")
+    return 0

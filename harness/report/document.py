@@ -1,0 +1,70 @@
+"""Assemble the report: sections in reading order, plots written beside the markdown and
+linked by relative path (so the folder can be moved or uploaded as one artifact)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import plots, sections
+from .compare_sections import comparison as comparison_section
+from .comparison import compare
+from .reading import Session
+from .summary import CaseView, view
+from .throughput import layout_groups
+
+
+@dataclass
+class Report:
+    markdown: str
+    path: Path
+    images: list[Path] = field(default_factory=list)
+
+
+def build(session: Session, path: Path, previous: Session | None = None,
+          with_plots: bool = True) -> Report:
+    """Write the report of `session` to `path` (and its PNGs beside it); `previous` adds the
+    comparison against an earlier session."""
+    path = Path(path)
+    views = [view(r) for r in session.records]
+    images: list[Path] = []
+    loss_links, grad_links = {}, {}
+    if with_plots:
+        loss_links, grad_links = _plots(views, path, images)
+
+    lines = sections.header(session, views)
+    lines += sections.problems(session)
+    lines += sections.summary(views, session)
+    if previous is not None:
+        old = [view(r) for r in previous.records]
+        lines += comparison_section(compare(old, views, previous.label, session.label))
+    lines += sections.failures(views, grad_links)
+    lines += sections.cases_table(views)
+    lines += sections.throughput(layout_groups(views))
+    if loss_links:
+        lines += ["## Loss against the reference", ""]
+        for model, link in loss_links.items():
+            lines += [f"![{model} loss per step]({link})", ""]
+    lines += sections.skipped(views)
+    text = "\n".join(lines).rstrip() + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return Report(text, path, images)
+
+
+def _plots(views: list[CaseView], path: Path, images: list[Path]):
+    stem = path.stem
+    loss_links: dict[str, str] = {}
+    for model in sorted({v.model for v in views}):
+        png = path.with_name(f"{stem}-loss-{plots.slug(model)}.png")
+        if plots.loss_figure(model, [v for v in views if v.model == model], png):
+            images.append(png)
+            loss_links[model] = png.name
+    grad_links: dict[str, str] = {}
+    for v in views:
+        if v.status in ("failed", "error"):
+            png = path.with_name(f"{stem}-gradients-{plots.slug(v.name)}.png")
+            if plots.gradient_figure(v, png):
+                images.append(png)
+                grad_links[v.name] = png.name
+    return loss_links, grad_links

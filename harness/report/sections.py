@@ -1,0 +1,253 @@
+"""The markdown sections of one session's report, each a list of lines (tabulate, GitHub pipe
+tables, which render both in a file viewer and in a GitHub job summary)."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from harness.results.records import STATUSES
+
+from .reading import Session
+from .summary import CaseView, environment_facts, status_counts
+from .throughput import LayoutGroup
+from .values import NA, g, md_escape, percent, section, tolerance_text, whole
+
+STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped",
+               "error": "💥 error"}
+
+
+def table(rows: list[list], headers: list[str]) -> list[str]:
+    cells = [[md_escape(c) for c in row] for row in rows]
+    return tabulate(cells, headers=[md_escape(h) for h in headers], tablefmt="github",
+                    disable_numparse=True).splitlines()
+
+
+def header(session: Session, views: list[CaseView]) -> list[str]:
+    h = session.header
+    facts = environment_facts(session.records)
+    started = h.get("started_at") or min((r["started_at"] for r in session.records
+                                          if r.get("started_at")), default=None)
+    finished = h.get("finished_at") or max((r["finished_at"] for r in session.records
+                                            if r.get("finished_at")), default=None)
+    devices = sorted({str(r.get("device")) for r in session.records if r.get("device")})
+
+    def listed(key: str) -> str:
+        return ", ".join(facts[key]) if facts[key] else "not recorded"
+
+    lines = [f"# Harness report: session {session.label}", ""]
+    rows = [
+        ("when", f"{started or 'not recorded'} → {finished or 'not recorded'}"),
+        ("torch", listed("torch") + (f" (CUDA {listed('cuda')})" if facts["cuda"] else "")),
+        ("device", f"{', '.join(devices) or 'not recorded'}: {listed('device_name')}"),
+        ("driver", h.get("driver") or listed("driver")),
+        ("host", listed("host")),
+        ("config", h.get("config_path") or "not recorded"),
+        ("git commit", _commit(h)),
+        ("results", ", ".join(str(p) for p in session.paths)),
+    ]
+    lines += [f"- **{k}**: {md_escape(v)}" for k, v in rows]
+    return lines + [""]
+
+
+def _commit(h: dict) -> str:
+    commit = h.get("git_commit")
+    if not commit:
+        return "not recorded"
+    return str(commit) + (" (with uncommitted changes)" if h.get("git_dirty") else "")
+
+
+def summary(views: list[CaseView], session: Session) -> list[str]:
+    rows = status_counts(views, session.unrecorded)
+    totals = {s: sum(r[s] for r in rows) for s in (*STATUSES, "unrecorded", "total")}
+    headers = ["tag", "model", *STATUSES]
+    show_unrecorded = totals["unrecorded"] > 0
+    if show_unrecorded:
+        headers.append("not recorded")
+    headers.append("total")
+    body = [[r["tag"], r["model"], *(r[s] for s in STATUSES),
+             *([r["unrecorded"]] if show_unrecorded else []), r["total"]] for r in rows]
+    body.append(["**all**", "", *(f"**{totals[s]}**" for s in STATUSES),
+                 *([f"**{totals['unrecorded']}**"] if show_unrecorded else []),
+                 f"**{totals['total']}**"])
+    verdict = ("**all recorded cases passed**" if totals["passed"] == len(views) and views
+               else f"**{totals['failed']} failed, {totals['error']} errored**"
+               if totals["failed"] or totals["error"] else "no failures")
+    return ["## Summary", "", f"{len(views)} cases recorded: {verdict}.", "",
+            *table(body, headers), ""]
+
+
+def diff_cell(record: dict, key: str) -> str:
+    """"max |diff| / tolerance", with a ✗ and what broke when the comparison failed."""
+    diff = section(record, key)
+    if not diff:
+        compared = section(record, "compare").get(key)
+        return "not compared" if compared is False else NA
+    tol = section(diff, "tolerance") or section(section(record, "tolerances"), key)
+    text = f"{g(diff.get('max_abs_diff'))} / {tolerance_text(tol)}"
+    if diff.get("ok") is False:
+        problems = []
+        if key == "loss":
+            if diff.get("mismatched"):
+                problems.append(f"{diff['mismatched']}/{diff.get('compared', '?')} steps")
+            if diff.get("nonfinite_steps"):
+                problems.append("NaN/inf")
+            if diff.get("missing_steps"):
+                problems.append(f"{len(diff['missing_steps'])} steps missing")
+        else:
+            if diff.get("mismatched"):
+                problems.append(f"{diff['mismatched']}/{diff.get('parameters', '?')} params")
+            for what in ("missing", "extra", "shape_errors"):
+                if diff.get(what):
+                    problems.append(f"{len(diff[what])} {what.replace('_', ' ')}")
+        text += " ✗ " + ", ".join(problems or ["out of tolerance"])
+    return text
+
+
+def cases_table(views: list[CaseView]) -> list[str]:
+    headers = ["id", "model", "layout", "DP", "TP", "PP", "VPP", "schedule", "dtype",
+               "loss max |Δ| / tol", "grad max |Δ| / tol", "tokens/s", "peak MB",
+               "wall s", "status"]
+    rows = [[f"`{v.tag}/{v.case_id}`", v.model, v.layout, v.dp,
+             f"{v.tp}{'+SP' if v.sequence_parallel else ''}", v.pp, v.vpp, v.schedule,
+             v.dtype, diff_cell(v.record, "loss"), diff_cell(v.record, "gradients"),
+             whole(v.tokens_per_s), whole(v.peak_memory_mb), g(v.wall_s),
+             STATUS_MARK.get(v.status, v.status)] for v in views]
+    note = ("Layout: layers per stage (`3,5`), or per chunk in global order as `stage:layers` "
+            "when stages hold several chunks. Wall time: the launched run, from start to exit.")
+    return ["## Cases", "", note, "", *table(rows, headers), ""]
+
+
+def failures(views: list[CaseView], plot_links: dict[str, str]) -> list[str]:
+    bad = [v for v in views if v.status in ("failed", "error")]
+    if not bad:
+        return []
+    lines = ["## Failures", ""]
+    for v in bad:
+        lines += [f"### `{v.name}`: {v.status}", ""]
+        record = v.record
+        if record.get("reason"):
+            lines += [f"> {md_escape(record['reason'])}", ""]
+        lines += _crash_lines(record) + _loss_lines(record) + _gradient_lines(record)
+        if v.name in plot_links:
+            lines += [f"![gradient error of {v.name}]({plot_links[v.name]})", ""]
+        lines += _log_lines(record)
+        errors = [e for e in record.get("errors") or [] if e]
+        if errors:
+            lines += ["<details><summary>full message</summary>", "", "```text",
+                      *"\n\n".join(str(e) for e in errors).replace("```", "'''").splitlines(),
+                      "```", "", "</details>", ""]
+    return lines
+
+
+def _crash_lines(record: dict) -> list[str]:
+    parts = []
+    if record.get("timed_out"):
+        parts.append("timed out")
+    if record.get("returncode") not in (None, 0):
+        parts.append(f"exit code {record['returncode']}")
+    if record.get("failing_rank") is not None:
+        parts.append(f"rank {record['failing_rank']} failed first")
+    return [f"- **run**: {', '.join(parts)}", ""] if parts else []
+
+
+def _loss_lines(record: dict) -> list[str]:
+    loss = section(record, "loss")
+    if not loss or loss.get("ok") is not False:
+        return []
+    text = (f"- **loss**: first diverging step **{loss.get('first_diverging_step')}**; "
+            f"{loss.get('mismatched')} of {loss.get('compared')} steps out of tolerance "
+            f"({tolerance_text(section(loss, 'tolerance'))}); max |Δ| {g(loss.get('max_abs_diff'))}")
+    extra = []
+    for key, what in (("nonfinite_steps", "NaN / inf at step(s)"),
+                      ("missing_steps", "no loss recorded for step(s)"),
+                      ("extra_steps", "steps the reference lacks")):
+        if loss.get(key):
+            extra.append(f"{what} {', '.join(map(str, loss[key][:10]))}")
+    return [text + ("; " + "; ".join(extra) if extra else ""), ""]
+
+
+def _gradient_lines(record: dict) -> list[str]:
+    grads = section(record, "gradients")
+    if not grads or grads.get("ok") is not False:
+        return []
+    lines = [f"- **gradients**: {grads.get('mismatched')} of {grads.get('parameters')} parameters "
+             f"out of tolerance ({tolerance_text(section(grads, 'tolerance'))}); "
+             f"max |Δ| {g(grads.get('max_abs_diff'))}"]
+    for key, what in (("missing", "missing from the run"), ("extra", "not in the reference"),
+                      ("shape_errors", "shape changed")):
+        if grads.get(key):
+            names = ", ".join(f"`{n}`" for n in grads[key][:10])
+            lines.append(f"- **{len(grads[key])} {what}**: {names}"
+                         + (" …" if len(grads[key]) > 10 else ""))
+    worst = [w for w in grads.get("worst") or [] if isinstance(w, dict)]
+    if worst:
+        stages = sorted({str(w.get("stage")) for w in worst if w.get("mismatched")})
+        layers = sorted({str(w.get("layer")) for w in worst if w.get("mismatched")},
+                        key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x))
+        if stages:
+            lines.append(f"- **where**: stage(s) {', '.join(stages)}; layer(s) {', '.join(layers)}")
+        rows = [[f"`{w.get('name')}`", w.get("stage"), w.get("layer"),
+                 f"{w.get('mismatched')}/{w.get('elements')}", g(w.get("max_abs_diff")),
+                 w.get("worst_index"), g(w.get("worst_got"), 6), g(w.get("worst_ref"), 6)]
+                for w in worst]
+        lines += ["", "Worst parameters:", "",
+                  *table(rows, ["parameter", "stage", "layer", "mismatched", "max |Δ|", "at",
+                                "got", "ref"])]
+    return lines + [""]
+
+
+def _log_lines(record: dict) -> list[str]:
+    logs = section(record, "logs")
+    lines = []
+    if record.get("output_dir"):
+        lines.append(f"- **run folder**: `{record['output_dir']}`")
+    if logs.get("launcher_stdout"):
+        lines.append(f"- **launcher log**: `{logs['launcher_stdout']}`"
+                     + (f", `{logs['launcher_stderr']}`" if logs.get("launcher_stderr") else ""))
+    ranks = section(logs, "ranks")
+    failing = record.get("failing_rank")
+    shown = {str(failing): ranks[str(failing)]} if str(failing) in ranks else ranks
+    for rank, paths in sorted(shown.items()):
+        if paths:
+            lines.append(f"- **rank {rank} log**: " + ", ".join(f"`{p}`" for p in paths))
+    return (lines + [""]) if lines else ["- **logs**: not recorded", ""]
+
+
+def throughput(groups: list[LayoutGroup]) -> list[str]:
+    if not groups:
+        return []
+    lines = ["## Layout throughput", "",
+             "Cases of one model and parallelism that differ only in their pipeline layout.", ""]
+    for group in groups:
+        base = group.baseline
+        note = (f"relative to the uniform layout `{base.layout}`" if group.baseline_kind == "uniform"
+                else f"no uniform layout in this group: relative to the fastest, `{base.layout}`")
+        rows = [[f"`{m.tag}/{m.case_id}`", m.layout, m.vpp, whole(m.tokens_per_s),
+                 f"{group.ratio(m):.3f}", "baseline" if m is base else percent(group.ratio(m)),
+                 m.status] for m in group.members]
+        lines += [f"### {group.title}", "", f"tokens/s {note}.", "",
+                  *table(rows, ["case", "layout", "VPP", "tokens/s", "ratio", "change",
+                                "status"]), ""]
+    return lines
+
+
+def skipped(views: list[CaseView]) -> list[str]:
+    skips = [v for v in views if v.status == "skipped"]
+    if not skips:
+        return []
+    rows = [[f"`{v.name}`", v.record.get("reason") or NA] for v in skips]
+    return ["## Skipped", "", *table(rows, ["case", "reason"]), ""]
+
+
+def problems(session: Session) -> list[str]:
+    """What the results file did not hold: bad lines, cases with no record, duplicates."""
+    lines = []
+    if session.unrecorded:
+        lines += [f"- **{len(session.unrecorded)} case(s) have no result** (the session was "
+                  "interrupted, or their worker died):",
+                  *(f"  - `{name}`" for name in session.unrecorded)]
+    if session.bad_lines:
+        lines.append(f"- **{len(session.bad_lines)} unreadable line(s)** skipped:")
+        lines += [f"  - `{b.path}` line {b.number}: {b.problem}" for b in session.bad_lines]
+    lines += [f"- {md_escape(note)}" for note in session.notes]
+    return ["## Completeness", "", *lines, ""] if lines else []

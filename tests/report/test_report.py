@@ -1,0 +1,104 @@
+"""The whole report of a failing session: header, counts, case cells, the diagnosis, layout
+throughput, plots on disk; and the completeness section of a partial session."""
+
+from __future__ import annotations
+
+import json
+
+from harness.report import build, read_session
+
+from .markdown import row as _row
+from .records import passing_session, write
+
+
+def test_header_says_when_and_on_what(failing_report):
+    text = failing_report.markdown
+    assert text.startswith("# Harness report: session 20260102-010000-2\n")
+    assert "- **torch**: 2.13.0+cu128 (CUDA 12.8)" in text
+    assert "- **device**: cuda: NVIDIA H100" in text
+    assert "- **git commit**: not recorded" in text  # no session.json header yet
+
+
+def test_summary_counts_per_tag_and_model(failing_report):
+    text = failing_report.markdown
+    assert "8 cases recorded: **1 failed, 1 errored**." in text
+    assert _row(text, "basic", "gpt2")[:7] == ["basic", "gpt2", "2", "0", "1", "0", "3"]
+    assert _row(text, "**all**")[2:] == ["**5**", "**1**", "**1**", "**1**", "**8**"]
+
+
+def test_case_table_cells(failing_report):
+    text = failing_report.markdown
+    failed = _row(text, "`pipeline_layout/pp2-costs-L4.5`", "gpt2")
+    # id, model, layout, DP, TP, PP, VPP, schedule, dtype, loss, grad, tok/s, MB, wall, status
+    assert failed[1:9] == ["gpt2", "6,2", "1", "1", "2", "1", "auto", "float32"]
+    assert failed[9] == "0.0042 / 1e-05 ✗ 2/4 steps"
+    assert failed[10] == "0.03 / 1e-05 ✗ 2/100 params"
+    assert failed[11:] == ["950", "2,048", "30.5", "❌ failed"]
+    passed = _row(text, "`basic/pp2`", "gpt2")
+    assert passed[9:11] == ["1e-07 / 1e-05", "3e-08 / 1e-05"] and passed[-1] == "✅ passed"
+
+
+def test_failure_diagnosis_and_logs(failing_report):
+    text = failing_report.markdown
+    section = text.split("### `pipeline_layout/gpt2/pp2-costs-L4.5`: failed")[1].split("### ")[0]
+    assert "first diverging step **3**; 2 of 4 steps out of tolerance" in section
+    assert "- **where**: stage(s) 1; layer(s) 5, 6" in section
+    assert _row(section, "`h.6.mlp.c_fc.weight`")[:5] == ["`h.6.mlp.c_fc.weight`", "1", "6",
+                                                          "512/1024", "0.03"]
+    assert "`/runs/20260102-010000-2/cases/pipeline_layout/gpt2/pp2-costs-L4.5/logs/ranks/1.log`" \
+        in section
+    assert "![gradient error of pipeline_layout/gpt2/pp2-costs-L4.5](report-gradients-" in section
+    error = text.split("### `basic/llama3/tp2`: error")[1]
+    assert "> basic/llama3/tp2: ReferenceError: the reference run of llama3 failed" in error
+
+
+def test_layout_throughput_section(failing_report):
+    text = failing_report.markdown.split("## Layout throughput")[1].split("\n## ")[0]
+    gpt2, llama3 = text.split("### llama3")
+    assert "tokens/s relative to the uniform layout `4,4`." in gpt2
+    assert _row(gpt2, "`basic/pp2`")[3:6] == ["1,200", "1.000", "baseline"]
+    assert _row(gpt2, "`pipeline_layout/pp2-partition-3-5`")[3:6] == ["1,100", "0.917", "-8.3%"]
+    assert _row(gpt2, "`pipeline_layout/pp2-costs-L4.5`")[3:6] == ["950", "0.792", "-20.8%"]
+    assert "no uniform layout in this group: relative to the fastest, `6,2`." in llama3
+    assert _row(llama3, "`pipeline_layout/pp2-partition-3-5`")[3:6] == ["800", "0.889", "-11.1%"]
+
+
+def test_plots_are_written_beside_the_markdown_and_linked(failing_report):
+    names = sorted(p.name for p in failing_report.images)
+    assert names == ["report-gradients-pipeline_layout-gpt2-pp2-costs-L4.5.png",
+                     "report-loss-gpt2.png", "report-loss-llama3.png"]
+    for image in failing_report.images:
+        assert image.parent == failing_report.path.parent
+        assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 5000
+        assert f"]({image.name})" in failing_report.markdown
+
+
+def test_a_passing_session_has_no_failures_section(passing, tmp_path):
+    report = build(read_session([passing]), tmp_path / "r.md", with_plots=False)
+    assert "**all recorded cases passed**" in report.markdown
+    assert "## Failures" not in report.markdown and report.images == []
+
+
+def test_a_partial_session_says_what_is_missing(tmp_path):
+    folder = tmp_path / "sessions" / "20260103-010000-3"
+    records = passing_session()
+    write(folder / "results.jsonl", records[:2], trailer=json.dumps(records[2])[:50])
+    (folder / "cases" / "pipeline_layout" / "gpt2" / "pp2-partition-3-5").mkdir(parents=True)
+    report = build(read_session([folder / "results.jsonl"]), folder / "report.md",
+                   with_plots=False)
+    text = report.markdown.split("## Completeness")[1].split("\n## ")[0]
+    assert "**1 case(s) have no result**" in text
+    assert "`pipeline_layout/gpt2/pp2-partition-3-5`" in text
+    assert "line 3: truncated (the session stopped while writing it)" in text
+    assert "2 cases recorded" in report.markdown
+    assert _row(report.markdown, "pipeline_layout", "gpt2")[-2:] == ["1", "1"]  # not recorded, total
+
+
+def test_a_report_from_the_plugins_real_cpu_records(tmp_path):
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "cpu_session.jsonl"
+    report = build(read_session([data]), tmp_path / "report.md")
+    assert _row(report.markdown, "`pipeline_layout/pp2-costs-L4.5`", "gpt2")[2] == "6,2"
+    assert "tokens/s relative to the uniform layout `4,4`." in report.markdown
+    assert [p.name for p in report.images] == ["report-loss-gpt2.png"]
