@@ -42,6 +42,11 @@ def _check_inputs(flags: TrainerFlags):
             f"--sequence_length={flags.sequence_length} exceeds the model's block_size "
             f"{config.block_size} ({flags.llmc_filepath})"
         )
+    if flags.pipeline_schedule and flags.pipeline_parallel == 1:
+        raise FlagError(
+            f"--pipeline_schedule={flags.pipeline_schedule} needs --pipeline_parallel > 1; "
+            "with one stage there is no pipeline to schedule"
+        )
     layout = resolve_layout(
         config.n_layer,
         flags.pipeline_parallel,

@@ -105,6 +105,7 @@ def test_same_seed_and_files_give_bitwise_identical_losses(tiny_assets, tmp_path
         (["--pipeline_layer_partition", "3,5"], "--pipeline_layer_partition"),
         (["--pipeline_layer_costs", "1x7"], "--pipeline_layer_costs"),
         (["--pipeline_model_parallel_layout", "Et*8NLm"], "'m'"),
+        (["--pipeline_schedule", "1F1B"], "--pipeline_schedule=1F1B needs --pipeline_parallel > 1"),
     ],
 )
 def test_bad_input_is_refused_before_training_with_one_message(
