@@ -28,7 +28,21 @@ def parser() -> argparse.ArgumentParser:
                    help="an earlier session (file or folder) to compare against: newly failing "
                         "and passing cases, tokens/s ratios")
     p.add_argument("--no-plots", action="store_true", help="tables only, no PNG files")
+    p.add_argument("--about", action="append", default=[], metavar="KEY=VALUE",
+                   help="a fact for the header the session did not record, e.g. "
+                        "driver=550.54 git_commit=$GITHUB_SHA config_path=... run=URL "
+                        "(recorded values win; repeatable)")
     return p
+
+
+def _about(pairs: list[str]) -> dict[str, str]:
+    facts = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise NoResults(f"--about {pair!r}: expected KEY=VALUE")
+        facts[key.strip()] = value.strip()
+    return facts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,10 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         paths = [resolve(r) for r in args.results] or [latest_results(DEFAULT_ROOT)]
         previous = read_session([resolve(args.compare)]) if args.compare else None
+        about = _about(args.about)
     except NoResults as error:
         print(f"harness.report: {error}", file=sys.stderr)
         return 2
     session = read_session(paths)
+    session.header = {**about, **session.header}  # what the session recorded itself wins
     out = Path(args.output) if args.output else paths[0].parent / "report.md"
     report = build(session, out, previous, with_plots=not args.no_plots)
     counts = {s: sum(r["status"] == s for r in session.records)

@@ -45,6 +45,9 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
         ("git commit", _commit(h)),
         ("results", ", ".join(str(p) for p in session.paths)),
     ]
+    shown = {"driver", "config_path", "git_commit", "git_dirty", "started_at", "finished_at",
+             "format", "session", "collected"}
+    rows += [(k, v) for k, v in h.items() if k not in shown and isinstance(v, (str, int, float))]
     lines += [f"- **{k}**: {md_escape(v)}" for k, v in rows]
     return lines + [""]
 
