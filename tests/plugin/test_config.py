@@ -150,3 +150,18 @@ def test_infinitrain_config_loads_and_maps_onto_our_flags():
     assert cases["zero/gpt2/3_zero2"].unsupported == ("zero_stage",)
     assert cases["checkpoint/gpt2/ckpt_no_resume"].extra_flags["save"] == "/data/ckpt/no_resume"
     assert not cases["basic/gpt2/8"].unsupported
+
+
+def test_infinitrain_only_flags_skip_on_our_trainer_and_pass_through_a_command(tmp_path):
+    from harness.runner import CaseRunner, Settings
+
+    config = load_config(DATA / "infinitrain_test_config.json")
+    settings = Settings(session_id="s", session_dir=tmp_path, reference_root=tmp_path / "r",
+                        lease_dir=tmp_path / "l", slots=4, device="cpu", timeout_s=10)
+    runner = CaseRunner(config, settings)
+    cases = {c.name: c for c in config.cases}
+    assert runner.skip_reason(cases["zero/gpt2/3_zero2"]) == (
+        "uses InfiniTrain flag(s) zero_stage that the harness trainer does not implement")
+    assert runner.skip_reason(cases["basic/gpt2/3"]) == (
+        "needs 8 devices (dp 8 x tp 1 x pp 1), but --gpus allows 4")
+    assert runner.skip_reason(cases["basic/gpt2/2"]) is None

@@ -69,12 +69,6 @@ def test_gpus_skips_cases_needing_more(pytester, harness_dir):
      "*cases.json: tag 'fake', case 'ok', field args.batch_sise: unknown trainer flag 'batch_sise'*"),
     (lambda d: d.update(toleranses={}),
      "*cases.json: top level: unknown key 'toleranses'; expected one of:*"),
-    (lambda d: d["test_groups"][0]["tests"].append({"id": "ok"}),
-     "*cases.json: tag 'fake', case 'ok', field id: duplicate case id 'ok' in tag 'fake'*"),
-    (lambda d: d["test_groups"][0]["tests"][0]["args"].update(batch_size="@BS@"),
-     "*case 'ok', field args.batch_size: undefined variable @BS@*"),
-    (lambda d: d["test_groups"][0]["tests"][0].update(tolerances={"loss": {"atol": -1}}),
-     "*case 'ok', field tolerances.loss.atol: -1 is below the minimum 0*"),
 ])
 def test_bad_config_fails_collection_with_one_line(pytester, harness_dir, mutate, expected):
     data = fake_config([{"id": "ok", "args": {}}])
@@ -146,7 +140,8 @@ def test_xdist_leases_are_exclusive_and_reference_runs_once(pytester, harness_di
     records = pytester.path / "records"
     os.environ["FAKE_RECORD_DIR"] = str(records)
     try:
-        result = pytester.runpytest_subprocess(*harness_args(pytester, "-n", "2", "--gpus", "3"))
+        result = pytester.runpytest_subprocess(*harness_args(
+            pytester, "-n", "2", "--gpus", "3", "-p", "no:hypothesispytest", "-p", "no:anyio"))
         result.assert_outcomes(passed=6)
         leases = [json.loads(line) for line in (records / "leases.jsonl").read_text().splitlines()]
         assert len(leases) == 6
