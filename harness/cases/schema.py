@@ -1,6 +1,6 @@
 """The JSON Schema of configs/test_config.json, kept in code so the loader and the shipped file
-are one thing: `python -m harness.cases.schema > configs/test_config.schema.json` writes the file
-(a test checks the two agree).
+are one thing: `python -c 'from harness.cases.schema import schema_text; print(schema_text(), end="")'
+> configs/test_config.schema.json` writes the file (a test checks the two agree).
 
 The schema checks shape and types; harness.cases.config adds what a schema cannot say (duplicate
 ids, undefined @VAR@, world size, batch arithmetic) and turns every error into one line naming
