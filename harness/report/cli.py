@@ -40,7 +40,7 @@ def _about(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise NoResults(f"--about {pair!r}: expected KEY=VALUE")
+            raise ValueError(f"--about {pair!r}: expected KEY=VALUE")
         facts[key.strip()] = value.strip()
     return facts
 
@@ -48,10 +48,10 @@ def _about(pairs: list[str]) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        about = _about(args.about)
         paths = [resolve(r) for r in args.results] or [latest_results(DEFAULT_ROOT)]
         previous = read_session([resolve(args.compare)]) if args.compare else None
-        about = _about(args.about)
-    except NoResults as error:
+    except (NoResults, ValueError) as error:
         print(f"harness.report: {error}", file=sys.stderr)
         return 2
     session = read_session(paths)
@@ -60,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     report = build(session, out, previous, with_plots=not args.no_plots)
     counts = {s: sum(r["status"] == s for r in session.records)
               for s in ("passed", "failed", "skipped", "error")}
-    print(f"report: {report.path.resolve()} ({len(session.records)} cases: "
-          + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    print(f"report: {report.path.resolve()} ({len(session.records)} cases"
+          + "".join(f"{', ' if i else ': '}{n} {s}"
+                    for i, (s, n) in enumerate((s, n) for s, n in counts.items() if n))
           + (f"; {len(report.images)} plots" if report.images else "")
           + (f"; {len(session.bad_lines)} unreadable lines" if session.bad_lines else "")
           + (f"; {len(session.unrecorded)} cases without a result" if session.unrecorded else "")

@@ -24,10 +24,12 @@ def test_default_is_the_latest_session_under_reports_harness(tmp_path, monkeypat
 
 def test_explicit_paths_output_and_compare(passing, failing, tmp_path, capsys):
     out = tmp_path / "night" / "nightly.md"
-    assert main([str(failing.parent), "-o", str(out), "--compare", str(passing),
-                 "--no-plots"]) == 0
+    assert main([str(failing.parent), "-o", str(out), "--compare", str(passing), "--no-plots",
+                 "--about", "driver=550.54", "--about", "workflow run=https://ci/1"]) == 0
     assert capsys.readouterr().out.startswith(f"report: {out} (8 cases")
-    assert "## Against session 20260101-010000-1" in out.read_text()
+    text = out.read_text()
+    assert "## Against session 20260101-010000-1" in text
+    assert "- **driver**: 550.54" in text and "- **workflow run**: https://ci/1" in text
     assert not list(out.parent.glob("*.png"))
 
 
@@ -36,6 +38,8 @@ def test_no_results_is_a_clear_error(tmp_path, monkeypatch, capsys):
     assert main([]) == 2
     assert "no results found: no reports/harness/sessions/*/results.jsonl" in capsys.readouterr().err
     assert main([str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["--about", "driver"]) == 2
+    assert "--about 'driver': expected KEY=VALUE" in capsys.readouterr().err
 
 
 def test_module_entry_point(passing, tmp_path):
