@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"report: {report.path.resolve()} ({len(session.records)} cases"
           + "".join(f"{', ' if i else ': '}{n} {s}"
                     for i, (s, n) in enumerate((s, n) for s, n in counts.items() if n))
-          + (f"; {len(report.images)} plots" if report.images else "")
+          + (f"; {len(report.images)} plot(s)" if report.images else "")
           + (f"; {len(session.bad_lines)} unreadable lines" if session.bad_lines else "")
           + (f"; {len(session.unrecorded)} cases without a result" if session.unrecorded else "")
           + ")")
