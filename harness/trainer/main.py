@@ -90,21 +90,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_kind, config, layout = _check_inputs(flags)
         parallel = world_size > 1 or flags.pipeline_parallel > 1 or flags.tensor_parallel > 1
         if parallel:
-            from harness.trainer.parallel import validate_parallel
+            from harness.trainer.parallel import plan_parallel
 
-            data_parallel = validate_parallel(flags, config, layout, world_size)
+            plan = plan_parallel(flags, config, layout, world_size)
+            data_parallel, schedule = plan.dp, plan.schedule
         else:
-            data_parallel = 1
+            data_parallel, schedule = 1, None
         microbatches_per_rank = check_batch_arithmetic(flags, data_parallel)
         tokens = read_tokens(flags.input_bin, vocab_size=config.vocab_size)
     except (FlagError, LayoutError, LlmcFormatError, FileNotFoundError) as error:
         if rank == 0:
             print(f"error: {error}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
-    return _train(flags, config, layout, tokens, microbatches_per_rank * data_parallel, parallel)
+    return _train(
+        flags, config, layout, tokens, microbatches_per_rank * data_parallel, parallel, schedule
+    )
 
 
-def _train(flags, config, layout, tokens, microbatches, parallel: bool) -> int:
+def _train(flags, config, layout, tokens, microbatches, parallel: bool, schedule) -> int:
     import torch
 
     from harness.trainer.data import StepBatches
@@ -146,7 +149,13 @@ def _train(flags, config, layout, tokens, microbatches, parallel: bool) -> int:
         timings_file.write_text("")
     recorder = RunRecorder(flags.output_dir if engine.reports_loss else None)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    recorder.write_run(flags, environment(device_name, world_size, mesh), config, layout)
+    recorder.write_run(
+        flags,
+        environment(device_name, world_size, mesh),
+        config,
+        layout,
+        {**mesh, "vpp": layout.vpp, "schedule": schedule, "microbatches": microbatches},
+    )
     if rank == 0:
         print(layout, flush=True)
 

@@ -3,7 +3,8 @@
 Files under --output_dir, written by the one rank that reports the loss:
 
 - `run.json`: format version, the flags, the environment (torch, device, world, mesh), the
-  model config and the normalized layout.
+  model config, the normalized layout and the parallel setup (mesh sizes, vpp, the pipeline
+  schedule run, microbatches per step).
 - `steps.jsonl`: one JSON object per optimizer step, floats at full precision (Python's repr
   round-trips a float64 exactly).
 - `layout.txt`: the layout as printed at start-up, for people.
@@ -72,7 +73,11 @@ class RunRecorder:
             # A rerun into the same folder must not append to an old run's steps.
             (self.output_dir / "steps.jsonl").write_text("")
 
-    def write_run(self, flags: Any, env: dict, model_config: Any, layout: Any) -> None:
+    def write_run(
+        self, flags: Any, env: dict, model_config: Any, layout: Any, parallel: dict
+    ) -> None:
+        """`parallel`: pp, dp, tp, vpp, the pipeline schedule actually run (None without a
+        pipeline) and the microbatches per step over all data-parallel ranks."""
         if self.output_dir is None:
             return
         record = {
@@ -82,6 +87,7 @@ class RunRecorder:
             "model_config": asdict(model_config) if is_dataclass(model_config) else model_config,
             "layout": layout.to_dict(),
             "layout_text": str(layout),
+            "parallel": parallel,
         }
         (self.output_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
         (self.output_dir / "layout.txt").write_text(str(layout) + "\n")

@@ -55,6 +55,7 @@ def test_cli_trains_and_writes_records_step_lines_and_gradients(tiny_assets, tmp
     assert run["format"] == "harness.run/1" and run["flags"]["model"] == model
     assert PipelineLayout.from_dict(run["layout"]) == PipelineLayout.uniform(8, 1)
     assert run["environment"]["world_size"] == 1 and run["environment"]["torch"]
+    assert run["parallel"] == {"pp": 1, "dp": 1, "tp": 1, "vpp": 1, "schedule": None, "microbatches": 2}
 
     # Gradient dump: one file per parameter, single-device names, the parameter's shape.
     from harness.trainer.llmc import read_checkpoint_header
