@@ -64,17 +64,73 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS] = {
         "config_path": path, "output": output, "session_dir": session_dir, "worker": worker,
         "reference_root": Path(cache) if cache else output / "reference-cache",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "header": None,
     }
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_XdistHooks(session_dir), "harness-xdist")
+        config.pluginmanager.register(_XdistHooks(config, session_dir), "harness-xdist")
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    """The process that owns the session: not an xdist worker."""
+    return getattr(config, "workerinput", None) is None and _SETTINGS in config.stash
+
+
+def _record_collected(config: pytest.Config, names: list[str]) -> None:
+    """Write (or extend) the session header with the collected case names: the controller
+    only, and only when the session runs harness cases (so plain test runs leave no folder)."""
+    from harness.results.session import new_header, write_header
+
+    s = config.stash[_SETTINGS]
+    if not names or config.option.collectonly:
+        return
+    if s["header"] is None:
+        s["header"] = new_header(s["session_dir"].name, s["started_at"], s["config_path"],
+                                 config.rootpath, config.invocation_params.args)
+    collected = s["header"]["collected"]
+    collected.extend(n for n in names if n not in collected)
+    write_header(s["session_dir"], s["header"])
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _is_controller(session.config):
+        _record_collected(session.config, [item.case.name for item in session.items
+                                           if isinstance(item, HarnessCaseItem)])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if _is_controller(config) and config.stash[_SETTINGS]["header"] is not None:
+        from harness.results.session import now, write_header
+
+        s = config.stash[_SETTINGS]
+        s["header"]["finished_at"] = now()
+        write_header(s["session_dir"], s["header"])
 
 
 class _XdistHooks:
-    def __init__(self, session_dir: Path) -> None:
+    def __init__(self, config: pytest.Config, session_dir: Path) -> None:
+        self.config = config
         self.session_dir = session_dir
 
     def pytest_configure_node(self, node) -> None:  # every worker shares one session folder
         node.workerinput[_SESSION_KEY] = str(self.session_dir)
+
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        """Under xdist the controller collects nothing itself: its workers report node ids."""
+        if _is_controller(self.config):
+            _record_collected(self.config,
+                              case_names(ids, self.config.stash[_SETTINGS]["config_path"]))
+
+
+def case_names(nodeids, config_path: Path) -> list[str]:
+    """`tag/model/id` of the node ids that are cases of the config file (`<file>::<name>`)."""
+    names = []
+    for nodeid in nodeids:
+        file_part, sep, name = str(nodeid).partition("::")
+        if sep and Path(file_part).name == config_path.name and len(name.split("/")) == 3 \
+                and "::" not in name:
+            names.append(name)
+    return names
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
@@ -161,7 +217,7 @@ def _cuda_count() -> int:
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    if getattr(config, "workerinput", None) is not None or _SETTINGS not in config.stash:
+    if not _is_controller(config):
         return
     results = config.stash[_SETTINGS]["session_dir"] / "results.jsonl"
     if results.is_file():

@@ -115,6 +115,9 @@ class CaseRunner:
             compare=case.compare.to_dict(), tolerances=case.tolerances.to_dict(),
             started_at=_now(),
         )
+        # The layout the flags ask for, so skipped and crashed cases carry one too; a run that
+        # records its own layout (run.json) replaces it below.
+        _set_layout(record, self._layout_from_flags(case))
         timings: dict[str, float] = {}
         record["timings"] = timings
         try:
@@ -163,22 +166,27 @@ class CaseRunner:
         timings["run_s"] = result.duration_s
         record.update(command=list(result.argv), returncode=result.returncode,
                       timed_out=result.timed_out)
-        rank_logs = self.backend.rank_logs(spec, result)
+        rank_logs = self._rank_logs(spec, result)
         record["logs"] = {"launcher_stdout": str(result.stdout),
                           "launcher_stderr": str(result.stderr),
                           "ranks": {r: [str(p) for p in ps] for r, ps in rank_logs.items()}}
         outputs = self.backend.collect(spec, result)
         run_record = outputs.run_record or {}
         record["environment"] = run_record.get("environment")
-        layout = run_record.get("layout") or self._layout_from_flags(case, checkpoint)
-        record["layout"] = layout
+        layout = run_record.get("layout") or record["layout"]
+        _set_layout(record, layout)
         record["layout_text"] = run_record.get("layout_text")
+        ran = run_record.get("parallel") or {}
+        if ran.get("schedule") and isinstance(record.get("parallel"), dict):
+            record["parallel"]["schedule"] = ran["schedule"]  # what the trainer chose and ran
         steps = outputs.steps
         record["losses"] = [s.get("loss") for s in steps]
         record.update(_throughput(steps))
 
         if not result.ok:
             failing = self.backend.failing_rank(spec, result)
+            if failing is None and spec.world_size == 1:
+                failing = "0"  # one process: it is the one that failed
             record["failing_rank"] = failing
             return Outcome("failed", self._crash_text(case, spec, result, failing, rank_logs))
 
@@ -236,7 +244,7 @@ class CaseRunner:
             problem = None
             if not result.ok:
                 problem = self._crash_text(case, spec, result, None,
-                                           self.backend.rank_logs(spec, result), what="reference")
+                                           self._rank_logs(spec, result), what="reference")
             elif not outputs.steps:
                 problem = f"the reference run of {case.model} recorded no steps"
             elif not all(math.isfinite(float(s["loss"])) for s in outputs.steps):
@@ -255,16 +263,47 @@ class CaseRunner:
 
         return self.references.get_or_build(key, build)
 
-    def _layout_from_flags(self, case: Case, checkpoint: Path) -> dict | None:
-        """The layout the case asks for, when the run did not record one (another trainer)."""
+    def _rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
+        """Each rank's log files. A single process is launched without torchrun: its stdout
+        and stderr (the launcher's files) are rank 0's logs."""
+        logs = self.backend.rank_logs(spec, result)
+        if not logs and spec.world_size == 1:
+            logs = {"0": [p for p in (result.stdout, result.stderr) if p.is_file()]}
+        # stdout before stderr: a failure's tail then ends with the traceback.
+        return {rank: sorted(paths, key=lambda p: "stderr" in Path(p).name)
+                for rank, paths in logs.items() if paths}
+
+    def num_layers(self, model: str) -> int | None:
+        """The model's transformer layers from its checkpoint header (torch-free), without
+        generating synthetic assets that are not there yet (their preset says it)."""
         try:
-            from harness.layout import resolve_layout
+            if model in self._files:
+                checkpoint = self._files[model][0]
+            else:
+                files = self.config.files_for(model)
+                if files.synthetic:
+                    from harness.assets.presets import PRESETS
+
+                    return int(getattr(PRESETS[self.config.assets.preset], model).n_layer)
+                checkpoint = files.checkpoint
             from harness.trainer.llmc import read_checkpoint_header
 
-            _, model_config = read_checkpoint_header(checkpoint)
+            return int(read_checkpoint_header(checkpoint)[1].n_layer)
+        except Exception:  # unreadable or not an llm.c checkpoint (another trainer's files)
+            return None
+
+    def _layout_from_flags(self, case: Case) -> dict | None:
+        """The layout the case's flags ask for (resolve_layout, as the trainer does); None when
+        the model's depth is unknown or the flags do not resolve (the run will say why)."""
+        num_layers = self.num_layers(case.model)
+        if num_layers is None:
+            return None
+        try:
+            from harness.layout import resolve_layout
+
             f = case.flags
             return resolve_layout(
-                model_config.n_layer, case.pp, case.vpp,
+                num_layers, case.pp, case.vpp,
                 partition=f.get("pipeline_layer_partition"), costs=f.get("pipeline_layer_costs"),
                 chunk_layout=f.get("pipeline_chunk_layout"),
                 megatron_layout=f.get("pipeline_model_parallel_layout"),
@@ -301,6 +340,15 @@ class CaseRunner:
                 if text.strip():
                     lines += [f"--- {path} (last lines) ---", text]
         return "\n".join(lines)
+
+
+def _set_layout(record: dict, layout: dict | None) -> None:
+    """The record's layout, and `parallel.vpp` from it: a Megatron string or a chunk layout
+    sets the chunks per stage without --virtual_pipeline_parallel."""
+    record["layout"] = layout
+    vpp = layout.get("vpp") if isinstance(layout, dict) else None
+    if isinstance(vpp, int) and vpp >= 1:
+        record["parallel"]["vpp"] = vpp
 
 
 def _signal_name(number: int) -> str:

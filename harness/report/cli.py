@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness.report: {error}", file=sys.stderr)
         return 2
     session = read_session(paths)
-    session.header = {**about, **session.header}  # what the session recorded itself wins
+    # What the session recorded itself wins; a fact it recorded as null (no git, no
+    # nvidia-smi where it ran) can still be given with --about.
+    session.header = {**about, **{k: v for k, v in session.header.items() if v is not None}}
     out = Path(args.output) if args.output else paths[0].parent / "report.md"
     report = build(session, out, previous, with_plots=not args.no_plots)
     counts = {s: sum(r["status"] == s for r in session.records)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.results.records import FIELDS, RESULT_FORMAT, STATUSES
+from harness.results.session import HEADER_NAME  # optional; docs/results_format.md
+from harness.results.session import SESSION_FORMAT as HEADER_FORMAT
 
 RESULTS_NAME = "results.jsonl"
-HEADER_NAME = "session.json"  # optional; see docs/results_format.md ("session header")
-HEADER_FORMAT = "harness.session/1"
 DEFAULT_ROOT = Path("reports") / "harness"  # the plugin's default --harness-output
 
 
@@ -61,7 +61,9 @@ def latest_results(root: Path = DEFAULT_ROOT) -> Path:
     """The newest `sessions/<time>-<pid>/results.jsonl` under the output root. Folder names
     start with the start time (YYYYmmdd-HHMMSS), so name order is time order."""
     sessions = root / "sessions"
-    found = sorted(sessions.glob(f"*/{RESULTS_NAME}"), key=lambda p: (p.parent.name, p.stat().st_mtime))
+    # A session interrupted before its first result has only its header: report it too.
+    folders = {p.parent for name in (RESULTS_NAME, HEADER_NAME) for p in sessions.glob(f"*/{name}")}
+    found = [f / RESULTS_NAME for f in sorted(folders, key=lambda f: (f.name, f.stat().st_mtime))]
     if not found:
         raise NoResults(f"no results found: no {sessions}/*/{RESULTS_NAME} "
                         f"(run the tests first, or pass a results file or session folder)")
@@ -73,8 +75,8 @@ def resolve(argument: str | Path) -> Path:
     path = Path(argument)
     if path.is_file():
         return path
-    if (path / RESULTS_NAME).is_file():
-        return path / RESULTS_NAME
+    if (path / RESULTS_NAME).is_file() or (path / HEADER_NAME).is_file():
+        return path / RESULTS_NAME  # a header alone: a session with no result yet
     if (path / "sessions").is_dir():
         return latest_results(path)
     raise NoResults(f"{path}: not a results file, a session folder holding {RESULTS_NAME}, "
@@ -100,6 +102,9 @@ def read_session(paths: list[Path]) -> Session:
 
 
 def _read_file(path: Path, session: Session) -> list[dict]:
+    if not path.is_file():
+        session.notes.append(f"{path} does not exist: no case recorded a result")
+        return []
     raw = path.read_bytes().decode("utf-8", errors="replace")
     lines = raw.split("\n")
     records = []
@@ -155,7 +160,14 @@ def _read_header(folder: Path, session: Session) -> dict:
     except (OSError, json.JSONDecodeError) as error:
         session.notes.append(f"{path}: unreadable session header ({error})")
         return {}
-    return header if isinstance(header, dict) else {}
+    if not isinstance(header, dict):
+        session.notes.append(f"{path}: the session header is not a JSON object; ignored")
+        return {}
+    if header.get("format") not in (None, HEADER_FORMAT):
+        session.notes.append(f"{path}: session header format {header.get('format')!r}, "
+                             f"expected {HEADER_FORMAT!r}; ignored")
+        return {}
+    return header
 
 
 def _unrecorded(session: Session, recorded: set[str]) -> list[str]:

@@ -27,11 +27,19 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
     facts = environment_facts(session.records)
     started = h.get("started_at") or min((r["started_at"] for r in session.records
                                           if r.get("started_at")), default=None)
-    finished = h.get("finished_at") or max((r["finished_at"] for r in session.records
-                                            if r.get("finished_at")), default=None)
+    finished = h.get("finished_at")
+    if not finished:
+        last = max((r["finished_at"] for r in session.records if r.get("finished_at")),
+                   default=None)
+        finished = last
+        if h.get("started_at"):  # a header that never got its end: killed, or still running
+            finished = (f"{last} (the last result; the session's end was not recorded)" if last
+                        else "not recorded (the session did not finish)")
     devices = sorted({str(r.get("device")) for r in session.records if r.get("device")})
 
     def listed(key: str) -> str:
+        if not facts[key] and h.get(key):  # no run recorded it: the session header's value
+            return str(h[key])
         return ", ".join(facts[key]) if facts[key] else "not recorded"
 
     lines = [f"# Harness report: session {session.label}", ""]
@@ -45,8 +53,12 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
         ("git commit", _commit(h)),
         ("results", ", ".join(str(p) for p in session.paths)),
     ]
+    if isinstance(h.get("collected"), list):
+        rows.append(("collected", f"{len(h['collected'])} case(s)"))
+    if isinstance(h.get("args"), list):
+        rows.append(("pytest arguments", " ".join(str(a) for a in h["args"]) or "(none)"))
     shown = {"driver", "config_path", "git_commit", "git_dirty", "started_at", "finished_at",
-             "format", "session", "collected"}
+             "format", "session", "collected", "torch", "args"}
     rows += [(k, v) for k, v in h.items() if k not in shown and isinstance(v, (str, int, float))]
     lines += [f"- **{k}**: {md_escape(v)}" for k, v in rows]
     return lines + [""]

@@ -1,4 +1,5 @@
-"""Structured per-case results (JSON lines under a file lock) and their junit properties."""
+"""Structured per-case results (JSON lines under a file lock), their junit properties, and the
+session header (session.json)."""
 
 from .records import (
     FIELDS,
@@ -8,6 +9,7 @@ from .records import (
     new_record,
     read_results,
 )
+from .session import HEADER_NAME, SESSION_FORMAT, read_header, write_header
 
-__all__ = ["FIELDS", "RESULT_FORMAT", "ResultsWriter", "junit_properties", "new_record",
-           "read_results"]
+__all__ = ["FIELDS", "HEADER_NAME", "RESULT_FORMAT", "ResultsWriter", "SESSION_FORMAT",
+           "junit_properties", "new_record", "read_header", "read_results", "write_header"]

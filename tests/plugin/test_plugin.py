@@ -30,14 +30,30 @@ def test_markers_ids_and_strict_markers(pytester, harness_dir):
     result.stdout.fnmatch_lines(["cases.json::layouts/llama3/pp2-partition-3-5", "*1/4 tests*"])
     result = pytester.runpytest(*harness_args(pytester, "--markers"))
     result.stdout.fnmatch_lines(["@pytest.mark.layouts: test config tag 'layouts'*"])
+    assert not (pytester.path / "out").exists()  # collecting only: no session folder, no header
 
 
 def test_cases_pass_and_results_are_recorded(pytester, harness_dir):
-    harness_dir(fake_config(OK))
-    result = pytester.runpytest(*harness_args(pytester, "--junitxml", "junit.xml", "--gpus", "2"))
+    harness_dir(fake_config(OK + [{"id": "deselected", "args": {}}]))
+    pytester.makeconftest("""
+        import shutil
+        def pytest_runtest_setup(item):  # the header as it is while cases run
+            for path in item.config.rootpath.glob("out/sessions/*/session.json"):
+                shutil.copy(path, item.config.rootpath / "during.json")
+    """)
+    result = pytester.runpytest(*harness_args(pytester, "--junitxml", "junit.xml", "--gpus", "2",
+                                              "-k", "not deselected"))
     result.assert_outcomes(passed=2)
     results = list((pytester.path / "out" / "sessions").glob("*/results.jsonl"))
     assert len(results) == 1
+    header = json.loads((results[0].parent / "session.json").read_text())
+    assert header["format"] == "harness.session/1" and header["session"] == results[0].parent.name
+    assert header["collected"] == ["fake/gpt2/ok", "fake/gpt2/pp2-partition-3-5"]
+    assert header["config_path"] == str(pytester.path / "cases.json")
+    assert header["args"][header["args"].index("-k") + 1] == "not deselected"
+    assert header["started_at"] <= header["finished_at"]
+    during = json.loads((pytester.path / "during.json").read_text())
+    assert during["finished_at"] is None and during["collected"] == header["collected"]
     records = [json.loads(line) for line in results[0].read_text().splitlines()]
     assert [r["name"] for r in records] == ["fake/gpt2/ok", "fake/gpt2/pp2-partition-3-5"]
     record = records[1]
@@ -150,6 +166,10 @@ def test_xdist_leases_are_exclusive_and_reference_runs_once(pytester, harness_di
                 if a is b or not set(a["slots"].split(",")) & set(b["slots"].split(",")):
                     continue
                 assert a["end"] <= b["start"] or b["end"] <= a["start"], (a, b)
+        (header,) = (pytester.path / "out").glob("sessions/*/session.json")  # the controller's
+        collected = json.loads(header.read_text())["collected"]
+        assert sorted(collected) == sorted(f"fake/{m}/{t['id']}" for m in ("gpt2", "llama3")
+                                           for t in tests)
         references = (records / "references.jsonl").read_text().splitlines()
         assert sorted(json.loads(r)["model"] for r in references) == ["gpt2", "llama3"]
         # A second session reuses the cached references (same inputs): no new reference run.

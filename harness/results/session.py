@@ -1,0 +1,104 @@
+"""The session header, `session.json` beside `results.jsonl` (format harness.session/1): what
+the session was (when, which config, which commit, driver and torch, the pytest arguments) and
+which cases it collected, so a report can list the cases that never recorded a result.
+
+Written by the controller process only (never by an xdist worker): once collection is done
+(`finished_at` null), and again at session finish, so an interrupted session still has one.
+Every write replaces the file whole (write a temporary file, then rename).
+
+    format, session, started_at, finished_at, config_path, git_commit, git_dirty, driver,
+    torch, collected (case names tag/model/id), args (the pytest command line arguments)
+
+Facts that cannot be found (no git, no nvidia-smi, no torch) are null.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Sequence
+
+SESSION_FORMAT = "harness.session/1"
+HEADER_NAME = "session.json"
+HEADER_FIELDS = ("format", "session", "started_at", "finished_at", "config_path", "git_commit",
+                 "git_dirty", "driver", "torch", "collected", "args")
+_TIMEOUT_S = 10.0
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _output(argv: Sequence[str], cwd: str | os.PathLike | None = None) -> str | None:
+    """stdout of argv (a list, never a shell string), or None when it cannot run or fails."""
+    try:
+        done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True,
+                              timeout=_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_facts(root: str | os.PathLike) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git work tree at root; (None, None) outside one."""
+    commit = _output(["git", "rev-parse", "HEAD"], cwd=root)
+    if not commit or not commit.strip():
+        return None, None
+    status = _output(["git", "status", "--porcelain"], cwd=root)
+    return commit.strip(), (bool(status.strip()) if status is not None else None)
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver version(s) from nvidia-smi; None without it (CPU machines)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    text = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    if not text:
+        return None
+    versions = list(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
+    return ", ".join(versions) or None
+
+
+def torch_version() -> str | None:
+    """The installed torch's version, from its package metadata (no import: torch is slow to
+    import, and the controller process never needs it)."""
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
+
+
+def new_header(session: str, started_at: str, config_path: str | os.PathLike | None,
+               root: str | os.PathLike, args: Sequence[str]) -> dict:
+    """The header with the facts found now; `collected` empty, `finished_at` null."""
+    commit, dirty = git_facts(root)
+    return {"format": SESSION_FORMAT, "session": session, "started_at": started_at,
+            "finished_at": None, "config_path": str(config_path) if config_path else None,
+            "git_commit": commit, "git_dirty": dirty, "driver": driver_version(),
+            "torch": torch_version(), "collected": [], "args": [str(a) for a in args]}
+
+
+def write_header(folder: str | os.PathLike, header: dict) -> Path:
+    unknown = set(header) - set(HEADER_FIELDS)
+    if unknown:
+        raise ValueError(f"session header has unknown fields {sorted(unknown)}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / HEADER_NAME
+    temporary = folder / f".{HEADER_NAME}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps({k: header.get(k) for k in HEADER_FIELDS}, indent=1) + "\n")
+    os.replace(temporary, path)
+    return path
+
+
+def read_header(folder: str | os.PathLike) -> dict | None:
+    try:
+        data = json.loads((Path(folder) / HEADER_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == SESSION_FORMAT else None
