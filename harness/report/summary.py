@@ -42,7 +42,8 @@ def view(record: dict) -> CaseView:
     pp = _int(parallel.get("pp"), _int(flags.get("pipeline_parallel"), 1))
     # A Megatron layout string or a chunk list sets vpp without the flag: the layout knows.
     vpp = _int(layout.get("vpp"), _int(parallel.get("vpp"), 1))
-    schedule = flags.get("pipeline_schedule") or ("auto" if pp > 1 else "–")
+    schedule = (parallel.get("schedule") or flags.get("pipeline_schedule")
+                or ("auto" if pp > 1 else "–"))
     return CaseView(
         record=record, name=record["name"], tag=str(record.get("tag")),
         model=str(record.get("model")), case_id=str(record.get("case_id")),
