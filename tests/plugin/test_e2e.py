@@ -5,6 +5,7 @@ parameters named."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -32,6 +33,8 @@ PLANTED_BUG = textwrap.dedent("""
         original = engine.ParallelEngine.forward_backward
 
         def forward_backward(self, inputs, targets):
+            if os.environ.get("HARNESS_CASE", "").endswith("-crash") and self.world.pp_rank == 1:
+                raise RuntimeError("planted crash on pipeline stage 1")
             loss = original(self, inputs, targets)
             if self.world.pp_rank == 1:
                 for _spec, module in self.chunks:
@@ -76,14 +79,29 @@ def test_small_tag_passes_through_torchrun(pytester):
         assert record["tokens_per_s"] > 0 and record["peak_memory_mb"] > 0
         assert record["environment"]["world_size"] == 2
         assert record["command"][1:3] == ["-m", "torch.distributed.run"]
+        ranks = record["logs"]["ranks"]
+        assert sorted(ranks) == ["0", "1"], ranks  # every rank's stdout and stderr, recorded
+        assert all([p.rsplit("/", 1)[1] for p in ranks[r]] == ["stdout.log", "stderr.log"]
+                   for r in ranks) and all(os.path.isfile(p) for r in ranks for p in ranks[r])
+        assert record["parallel"]["vpp"] == record["layout"]["vpp"] == 1
 
 
 def test_planted_bug_fails_naming_stage_and_parameters(pytester):
     shim = pytester.mkdir("shim")
     (shim / "sitecustomize.py").write_text(PLANTED_BUG)
-    write_config(pytester, CASES[:1], env={"PYTHONPATH": str(shim)})
+    crash = {"id": "pp2-crash", "models": ["gpt2"], "args": {"pipeline_parallel": 2}}
+    write_config(pytester, CASES[:1] + [crash], env={"PYTHONPATH": str(shim)})
     result = run(pytester, "-k", "gpt2")
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=2)
+    # A crashed rank: the message names it and shows its own log's tail, ending in the error.
+    result.stdout.fnmatch_lines([
+        "*e2e/gpt2/pp2-crash: the run failed: rank 1 of 2 failed first; exit code 1*",
+        "command: * -m torch.distributed.run *",
+        "*--- rank 1: */attempt_0/1/stderr.log (last lines) ---*",
+        "*RuntimeError: planted crash on pipeline stage 1*",
+    ])
+    crashed = records(pytester)["e2e/gpt2/pp2-crash"]
+    assert crashed["failing_rank"] == "1" and sorted(crashed["logs"]["ranks"]) == ["0", "1"]
     result.stdout.fnmatch_lines([
         "*e2e/gpt2/pp2-partition-3-5: the run differs from the single-device reference*",
         "*loss: mismatched * of 3 steps (atol=1e-05 rtol=0); first diverging step 2*",
