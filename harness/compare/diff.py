@@ -15,7 +15,7 @@ import numpy as np
 
 from harness.cases.config import Tolerance
 
-from .locate import Locator
+from .locate import _LAYER, Locator
 
 
 def within(got: float, ref: float, tol: Tolerance) -> bool:
@@ -129,13 +129,49 @@ class GradientDiff:
         ranked = sorted(self.mismatched or self.diffs, key=lambda d: (-d.worst_excess, d.name))
         return ranked[:n]
 
+    def per_layer(self) -> list[dict]:
+        """Every compared parameter summed up by where it lives, in model order: "embedding",
+        the transformer layers (int), "final_norm", "head" (and "other" for unknown names):
+        {layer, stage, max_abs_diff, mismatched (parameters), parameters}."""
+        groups: dict[object, list[ParameterDiff]] = {}
+        for d in self.diffs:
+            groups.setdefault(layer_of(d.name), []).append(d)
+        rows = []
+        for layer in sorted(groups, key=_layer_rank):
+            members = groups[layer]
+            stages = list(dict.fromkeys(d.stage.split(" (")[0] for d in members))
+            rows.append({"layer": layer, "stage": "+".join(stages),
+                         "max_abs_diff": _json_float(max(d.max_abs_diff for d in members)),
+                         "mismatched": sum(1 for d in members if d.mismatched),
+                         "parameters": len(members)})
+        return rows
+
     def to_dict(self, worst: int = 10) -> dict:
         return {"tolerance": self.tolerance.to_dict(), "parameters": self.parameters,
                 "mismatched": len(self.mismatched), "elements": self.elements,
                 "mismatched_elements": self.mismatched_elements,
                 "max_abs_diff": _json_float(self.max_abs_diff), "missing": self.missing,
                 "extra": self.extra, "shape_errors": self.shape_errors,
-                "worst": [d.to_dict() for d in self.worst(worst)], "ok": self.ok}
+                "worst": [d.to_dict() for d in self.worst(worst)],
+                "per_layer": self.per_layer(), "ok": self.ok}
+
+
+_NAMED_PARTS = (("wte.", "embedding"), ("wpe.", "embedding"), ("ln_f.", "final_norm"),
+                ("lm_head.", "head"))
+_PART_ORDER = {"embedding": 0, "final_norm": 2, "head": 3, "other": 4}
+
+
+def layer_of(name: str) -> int | str:
+    """A parameter's place (llm.c naming): its transformer layer index, or "embedding",
+    "final_norm", "head", "other"."""
+    match = _LAYER.match(name)
+    if match:
+        return int(match.group(1))
+    return next((part for prefix, part in _NAMED_PARTS if name.startswith(prefix)), "other")
+
+
+def _layer_rank(layer: int | str) -> tuple[int, int]:
+    return (1, layer) if isinstance(layer, int) else (_PART_ORDER[layer], 0)
 
 
 def gradient_names(directory: str | Path) -> list[str]:

@@ -2,14 +2,16 @@
 
 - loss per model: the reference curve, and each case's |loss - reference| per step on a log
   scale against the loss tolerance, so a drift shows before it crosses the line;
-- gradient error of a failed case: each recorded parameter's max |got - ref|, ordered by layer,
-  coloured by pipeline stage, against the gradient tolerance.
+- gradient error of a failed case: max |got - ref| per layer (the record's `per_layer`
+  summary: every layer, embedding and head included), or, in records without it, per recorded
+  worst parameter; ordered by layer, coloured by pipeline stage, against the gradient tolerance.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -77,33 +79,66 @@ def _layer_order(entry: dict) -> tuple:
     return (0 if name.startswith(("wte", "wpe")) else 2, 0, name)  # embedding first, head last
 
 
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    value: float | None  # max |got - ref|; None: not finite or not recorded
+    stage: str
+    bad: bool  # out of tolerance
+    nonfinite: bool
+
+
+def gradient_bars(grads: dict) -> tuple[str, list[Bar]]:
+    """What the gradient figure draws: one bar per layer from `per_layer` when the record has
+    it, else one per `worst` parameter (older records); (what a bar is, bars)."""
+    rows = [r for r in grads.get("per_layer") or [] if isinstance(r, dict)]
+    if rows:
+        return "layer", [
+            Bar(f"layer {r.get('layer')}" if isinstance(r.get("layer"), int)
+                else str(r.get("layer")), _finite(r.get("max_abs_diff")), str(r.get("stage")),
+                bool(number(r.get("mismatched"))), _finite(r.get("max_abs_diff")) is None
+                and number(r.get("max_abs_diff")) is not None)
+            for r in rows]
+    entries = sorted((e for e in grads.get("worst") or [] if isinstance(e, dict)),
+                     key=_layer_order)
+    return "parameter", [
+        Bar(f"{e.get('name')}\n(layer {e.get('layer')})", _finite(e.get("max_abs_diff")),
+            str(e.get("stage")), bool(number(e.get("mismatched"))),
+            bool(number(e.get("nonfinite"))))
+        for e in entries]
+
+
+def _finite(value) -> float | None:
+    x = number(value)
+    return x if x is not None and math.isfinite(x) else None
+
+
 def gradient_figure(case: CaseView, path: Path) -> Path | None:
-    """None when the record holds no per-parameter gradient differences."""
+    """None when the record holds no per-layer or per-parameter gradient differences."""
     grads = section(case.record, "gradients")
-    entries = [e for e in (grads.get("worst") or []) if isinstance(e, dict)]
-    if not entries:
+    kind, bars = gradient_bars(grads)
+    if not bars:
         return None
-    entries.sort(key=_layer_order)
-    stages = sorted({str(e.get("stage")) for e in entries})
+    stages = list(dict.fromkeys(b.stage for b in bars))
     colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(stages)}
-    fig, axis = plt.subplots(figsize=(max(6, 0.5 * len(entries) + 3), 4.5))
-    for i, entry in enumerate(entries):
-        value = number(entry.get("max_abs_diff"))
-        height = _TINY if value is None or not math.isfinite(value) or value <= 0 else value
-        axis.bar(i, height, color=colours[str(entry.get("stage"))],
-                 hatch="//" if number(entry.get("nonfinite")) else None)
+    fig, axis = plt.subplots(figsize=(max(6, (0.3 if kind == "layer" else 0.5) * len(bars) + 3),
+                                      4.5))
+    for i, bar in enumerate(bars):
+        height = bar.value if bar.value is not None and bar.value > 0 else _TINY
+        axis.bar(i, height, color=colours[bar.stage], hatch="//" if bar.nonfinite else None,
+                 edgecolor="red" if bar.bad else None, linewidth=1.5 if bar.bad else 0)
     axis.set_yscale("log")
-    axis.set_xticks(range(len(entries)))
-    axis.set_xticklabels([f"{e.get('name')}\n(layer {e.get('layer')})" for e in entries],
-                         rotation=60, ha="right", fontsize=7)
+    axis.set_xticks(range(len(bars)))
+    axis.set_xticklabels([b.label for b in bars], rotation=60, ha="right", fontsize=7)
     atol = number(section(grads, "tolerance").get("atol"))
     if atol:
         axis.axhline(atol, color="red", ls=":", lw=1, label=f"gradient atol {atol:g}")
     for stage in stages:
         axis.bar(0, 0, color=colours[stage], label=f"stage {stage}")
     axis.legend(fontsize=7)
-    axis.set_ylabel("max |got - ref| (hatched: NaN / inf in the run)")
-    axis.set_title(f"{case.name}: worst gradients by layer, coloured by stage", fontsize=9)
+    axis.set_ylabel("max |got - ref| (red edge: out of tolerance; hatched: NaN / inf)")
+    what = "every layer" if kind == "layer" else "worst gradients by layer"
+    axis.set_title(f"{case.name}: {what}, coloured by stage", fontsize=9)
     return _save(fig, path)
 
 

@@ -10,7 +10,7 @@ Record (format harness.result/1), every key always present (null where it does n
     layout (run.json's layout dict), layout_text, device, devices (leased slots),
     compare {loss, gradients}, tolerances {loss {atol, rtol}, gradients {atol, rtol}},
     loss (diff summary: steps, mismatched, max_abs_diff, first_diverging_step, ...),
-    gradients (diff summary: parameters, mismatched, missing, extra, worst [..], ...),
+    gradients (diff summary: parameters, mismatched, missing, extra, worst [..], per_layer [..], ...),
     losses (the run's loss per step), reference_losses,
     tokens_per_s (mean over steps after the first), peak_memory_mb (max), step_time_ms (mean),
     reference {key, path, built, command}, command (argv), returncode, timed_out, failing_rank,

@@ -68,6 +68,31 @@ def test_gradient_diff_locates_stage_and_layer(tmp_path):
     assert "mismatched 2 of 3 parameters (2 of 11 elements; atol=1e-05 rtol=0)" in text
     assert "0+1 (tied embedding / lm head)" in text
     assert "gradients: 1 missing from the run: ln_f.weight" in text
+    assert diff.to_dict()["per_layer"] == [  # every compared parameter, by layer in model order
+        {"layer": "embedding", "stage": "0+1", "max_abs_diff": 0.0, "mismatched": 1,
+         "parameters": 1},
+        {"layer": 0, "stage": "0", "max_abs_diff": 0.0, "mismatched": 0, "parameters": 1},
+        {"layer": 6, "stage": "1", "max_abs_diff": 0.5, "mismatched": 1, "parameters": 1}]
+
+
+def test_per_layer_groups_and_orders_parameters():
+    from harness.compare.diff import GradientDiff, ParameterDiff
+
+    def p(name, stage, diff, bad=0):
+        return ParameterDiff(name, (1,), 1, bad, 0, diff, 0.0, (0,), 0.0, 0.0, stage=stage)
+
+    grads = GradientDiff(TOL, diffs=[
+        p("lm_head.weight", "1 (lm head)", 0.1), p("h.10.mlp.c_fc.weight", "1", 0.2, 1),
+        p("h.2.attn.c_attn.weight", "0", 0.3), p("h.10.attn.c_proj.weight", "1", 0.4, 1),
+        p("ln_f.weight", "1 (final norm)", 0.0), p("wpe.weight", "0 (embedding)", 0.0),
+        p("odd.weight", "?", float("nan"))])
+    rows = grads.per_layer()
+    assert [(r["layer"], r["stage"]) for r in rows] == [
+        ("embedding", "0"), (2, "0"), (10, "1"), ("final_norm", "1"), ("head", "1"),
+        ("other", "?")]
+    assert rows[2] == {"layer": 10, "stage": "1", "max_abs_diff": 0.4, "mismatched": 2,
+                       "parameters": 2}
+    assert rows[-1]["max_abs_diff"] == "nan"  # JSON-safe, as every float in a record
 
 
 def test_locator_without_layout_and_llama_head():
