@@ -72,8 +72,9 @@ def test_case_names_from_xdist_node_ids():
 
 def _runner(tmp_path, args, slots=1):
     config = tmp_path / "cases.json"
+    group = {"tag": "t", "tests": [{"id": "c", "args": args}]}
     config.write_text(json.dumps({"models": ["gpt2"], "assets": {"dir": str(tmp_path / "assets")},
-                                  "test_groups": [{"tag": "t", "tests": [{"id": "c", "args": args}]}]}))
+                                  "test_groups": [group]}))
     loaded = load_config(config)
     settings = Settings(session_id="s", session_dir=tmp_path / "s", reference_root=tmp_path / "r",
                         lease_dir=tmp_path / "l", slots=slots, device="cpu", timeout_s=5)

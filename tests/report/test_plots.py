@@ -12,10 +12,12 @@ from .records import diverged, passing_session
 def test_bars_per_layer_when_the_record_has_them(tmp_path):
     record = diverged(passing_session()[3])
     record["gradients"]["per_layer"] = [
-        {"layer": "embedding", "stage": "0+1", "max_abs_diff": 2e-6, "mismatched": 0, "parameters": 2},
+        {"layer": "embedding", "stage": "0+1", "max_abs_diff": 2e-6, "mismatched": 0,
+         "parameters": 2},
         *({"layer": i, "stage": "0" if i < 6 else "1", "max_abs_diff": 1e-7 * (i + 1),
            "mismatched": int(i in (5, 6)), "parameters": 12} for i in range(8)),
-        {"layer": "final_norm", "stage": "1", "max_abs_diff": 0.0, "mismatched": 0, "parameters": 2}]
+        {"layer": "final_norm", "stage": "1", "max_abs_diff": 0.0, "mismatched": 0,
+         "parameters": 2}]
     kind, bars = gradient_bars(record["gradients"])
     assert kind == "layer"
     assert [b.label for b in bars] == ["embedding", *(f"layer {i}" for i in range(8)), "final_norm"]

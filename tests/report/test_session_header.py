@@ -74,7 +74,8 @@ def test_about_fills_what_the_header_recorded_as_null(tmp_path, capsys):
 
 def test_a_header_of_another_format_is_ignored_with_a_note(tmp_path):
     results = write(tmp_path / "results.jsonl", passing_session()[:1])
-    (tmp_path / "session.json").write_text(json.dumps({"format": "other/2", "collected": ["x/y/z"]}))
+    header = {"format": "other/2", "collected": ["x/y/z"]}
+    (tmp_path / "session.json").write_text(json.dumps(header))
     session = read_session([results])
     assert session.header == {} and session.unrecorded == []
     assert "session header format 'other/2'" in session.notes[0]
