@@ -112,7 +112,10 @@ def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _num_parameters(config: ModelConfig) -> int:
-    return sum(math.prod(shape) for shape in parameter_shapes(config).values())
+    # Counted from the per-layer shapes, not by listing every layer: a damaged header may claim
+    # 2**31 - 1 layers, and the count must still be instant (the file's length then refuses it).
+    return sum(math.prod(shape) * (config.n_layer if stacked else 1)
+               for _, shape, stacked in file_layout(config))
 
 
 # --------------------------------------------------------------------------- header
