@@ -362,6 +362,8 @@ def _coerce(name: str, value: Any, fail) -> Any:
             fail(f"{value!r} is not an integer")
         if name != "seed" and value <= 0:
             fail(f"{value!r} is not a positive integer")
+        if name == "seed" and not -(2**63) <= value <= 2**64 - 1:
+            fail(f"{value!r} is out of range; expected an integer from -2**63 to 2**64-1")
         return value
     if name in _NUM_FLAGS:
         if isinstance(value, str):

@@ -100,6 +100,21 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+# torch.manual_seed takes any integer in this range (a larger one overflows inside torch).
+SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer from -2**63 to 2**64-1, got {text!r}")
+    return value
+
+
 _TYPES = {
     "batch_size": _positive_int,
     "sequence_length": _positive_int,
@@ -110,7 +125,7 @@ _TYPES = {
     "virtual_pipeline_parallel": _positive_int,
     "learning_rate": _non_negative_float,
     "weight_decay": _non_negative_float,
-    "seed": int,
+    "seed": _seed,
 }
 _CHOICES = {
     "model": MODELS,

@@ -59,6 +59,17 @@ def _check_inputs(flags: TrainerFlags):
     return model_kind, config, layout
 
 
+def _check_token_count(flags: TrainerFlags, num_tokens: int) -> None:
+    """A microbatch reads batch_size * sequence_length + 1 consecutive tokens of the file."""
+    needed = flags.batch_size * flags.sequence_length + 1
+    if num_tokens < needed:
+        raise FlagError(
+            f"--batch_size={flags.batch_size} * --sequence_length={flags.sequence_length} + 1 = "
+            f"{needed} tokens per microbatch, but --input_bin={flags.input_bin} holds "
+            f"{num_tokens} tokens"
+        )
+
+
 def _peak_memory_mb(device) -> float:
     import torch
 
@@ -98,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             data_parallel, schedule = 1, None
         microbatches_per_rank = check_batch_arithmetic(flags, data_parallel)
         tokens = read_tokens(flags.input_bin, vocab_size=config.vocab_size)
+        _check_token_count(flags, len(tokens))
     except (FlagError, LayoutError, LlmcFormatError, FileNotFoundError) as error:
         if rank == 0:
             print(f"error: {error}", file=sys.stderr, flush=True)
