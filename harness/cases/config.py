@@ -290,6 +290,7 @@ def _validate_schema(path: Path, data: Any) -> None:
     validator = jsonschema.Draft202012Validator(SCHEMA)
     error = best_match(validator.iter_errors(data))
     if error is None:
+        _check_names(path, data)
         return
     location = list(error.absolute_path)
     value = error.instance
@@ -321,6 +322,23 @@ def _validate_schema(path: Path, data: Any) -> None:
     if error.absolute_schema_path and "propertyNames" in error.absolute_schema_path:
         problem = f"key {value!r} does not match the pattern {error.validator_value!r}"
     raise ConfigError(f"{path}: {_where(data, location)}: {problem}")
+
+
+def _check_names(path: Path, data: dict) -> None:
+    """Tags and case ids become marker names and folder names: match their schema patterns in
+    full. (jsonschema searches with Python's `re`, whose `$` also matches before a final
+    newline, so "ok\n" would pass the schema alone.)"""
+    group_schema = SCHEMA["properties"]["test_groups"]["items"]
+    tag_pattern = group_schema["properties"]["tag"]["pattern"]
+    id_pattern = group_schema["properties"]["tests"]["items"]["properties"]["id"]["pattern"]
+    for g, group in enumerate(data["test_groups"]):
+        checks = [(["test_groups", g, "tag"], group["tag"], tag_pattern)]
+        checks += [(["test_groups", g, "tests", t, "id"], test["id"], id_pattern)
+                   for t, test in enumerate(group["tests"])]
+        for location, value, pattern in checks:
+            if not re.fullmatch(pattern.rstrip("$"), value):
+                raise ConfigError(f"{path}: {_where(data, location)}: {value!r} does not match "
+                                  f"the pattern {pattern!r}")
 
 
 def _substitute(value: Any, variables: dict, fail) -> Any:
