@@ -10,13 +10,17 @@ the layout. Its behaviour comes from the case id (the last part of --case):
     missing-grad omits h.1.mlp.c_fc.weight          extra-grad   adds h.9.bogus.weight
     bad-loss     step 3's loss is off by 0.01       bad-grad     scales h.5.attn.c_proj.weight
     slow         sleeps 0.15 s (for lease overlap tests)
+    sigkill      starts world_size - 1 "rank" children that sleep, then SIGKILLs itself
+    inf-grad     h.2.mlp.c_fc.weight holds an inf     corrupt-grad  h.3.mlp.c_fc.weight.npy is junk
 Anything else matches the reference exactly. With FAKE_RECORD_DIR set it appends its lease
-(slots, start, end) and every reference run to JSON-lines files there.
+(slots, start, end, port) and every reference run to JSON-lines files there, and the pid and
+argv of every process it starts (itself included) to pids.jsonl.
 """
 
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -50,7 +54,7 @@ def record(kind, entry):
 
 def main():
     parser = argparse.ArgumentParser()
-    for name in ("case", "output_dir", "gradients_dir", "log_dir", "model", "devices"):
+    for name in ("case", "output_dir", "gradients_dir", "log_dir", "model", "devices", "port"):
         parser.add_argument(f"--{name}", default="")
     parser.add_argument("--world_size", type=int, default=1)
     parser.add_argument("--num_iteration", type=int, default=3)
@@ -65,8 +69,10 @@ def main():
     logs.mkdir(parents=True, exist_ok=True)
     for rank in range(args.world_size):
         (logs / f"rank{rank}.log").write_text(f"rank {rank} of {args.world_size} starting\n")
+    record("pids", {"case": args.case, "pid": os.getpid(), "argv": sys.argv})
     if args.case == "reference":
-        record("references", {"model": args.model, "pid": os.getpid(), "time": started})
+        record("references", {"model": args.model, "pid": os.getpid(), "time": started,
+                              "argv": sys.argv})
 
     if "crash" in mode:
         rank = args.world_size - 1
@@ -76,8 +82,14 @@ def main():
         sys.exit(3)
     if "hang" in mode:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        record("pids", {"case": args.case, "pid": child.pid, "child": True})
         (out / "child.pid").write_text(str(child.pid))
         time.sleep(600)
+    if "sigkill" in mode:
+        for rank in range(1, args.world_size):
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            record("pids", {"case": args.case, "pid": child.pid, "child": True})
+        os.kill(os.getpid(), signal.SIGKILL)
     if "slow" in mode:
         time.sleep(0.15)
 
@@ -107,12 +119,16 @@ def main():
                 value[1, 1] = np.nan
             if "bad-grad" in mode and name == "h.5.attn.c_proj.weight":
                 value *= 1.5
+            if "inf-grad" in mode and name == "h.2.mlp.c_fc.weight":
+                value[0, 2] = np.inf
             np.save(grads / f"{name}.npy", value)
+            if "corrupt-grad" in mode and name == "h.3.mlp.c_fc.weight":
+                (grads / f"{name}.npy").write_bytes(b"\x93NUMPY junk, not an array")
         if "extra-grad" in mode:
             np.save(grads / "h.9.bogus.weight.npy", np.zeros((2,), np.float32))
     if args.case != "reference":
         record("leases", {"case": args.case, "slots": args.devices, "start": started,
-                          "end": time.time(), "pid": os.getpid()})
+                          "end": time.time(), "pid": os.getpid(), "port": args.port})
 
 
 if __name__ == "__main__":
