@@ -52,3 +52,111 @@ def test_every_fault_is_reported_and_cleaned_up(pytester, harness_dir, records):
     assert out.count("Traceback") <= 1  # only the planted one, in the crash's log tail
     assert assert_no_process_left(records) >= len(FAULTS) + 2  # + the hang's and sigkill's children
     assert assert_leases_free(session) == 3  # two slots and the guard
+
+
+def _entry(output):
+    entries = [p for p in (output / "reference-cache").iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1, entries
+    return entries[0]
+
+
+def _damage_gradient(entry):
+    victim = sorted((entry / "gradients").glob("*.npy"))[3]
+    victim.write_bytes(b"\0" * victim.stat().st_size)  # same size, other bytes
+
+
+def _half_written(entry):
+    """A build killed before its rename: the entry gone, a partial scratch folder left."""
+    scratch = entry.parent / f".{entry.name}.tmp-99999-deadbeef"
+    shutil.copytree(entry, scratch)
+    (scratch / "COMPLETE.json").unlink()
+    shutil.rmtree(entry)
+
+
+DAMAGES = {
+    "a gradient file's bytes changed": _damage_gradient,
+    "steps.jsonl cut in half": lambda e: (e / "steps.jsonl").write_text(
+        (e / "steps.jsonl").read_text()[:40]),
+    "completion marker missing": lambda e: (e / "COMPLETE.json").unlink(),
+    "completion marker is junk": lambda e: (e / "COMPLETE.json").write_text("{"),
+    "half-written build (scratch folder, no entry)": _half_written,
+}
+
+
+def test_a_damaged_reference_cache_entry_is_rebuilt_not_trusted(pytester, harness_dir, records):
+    harness_dir(fake_config([{"id": "ok", "args": {}}]))
+    output = pytester.path / "out"
+    pytester.runpytest(*harness_args(pytester)).assert_outcomes(passed=1)
+    assert len(jsonl(records / "references.jsonl")) == 1
+    for n, (what, damage) in enumerate(DAMAGES.items(), start=2):
+        damage(_entry(output))
+        result = pytester.runpytest(*harness_args(pytester))
+        result.assert_outcomes(passed=1)
+        record = results(the_session(output))["fake/gpt2/ok"]
+        assert record["reference"]["built"] is True, what  # rebuilt, not trusted
+        assert len(jsonl(records / "references.jsonl")) == n, what
+    # And an intact entry is reused.
+    pytester.runpytest(*harness_args(pytester)).assert_outcomes(passed=1)
+    assert results(the_session(output))["fake/gpt2/ok"]["reference"]["built"] is False
+    assert len(jsonl(records / "references.jsonl")) == len(DAMAGES) + 1
+    assert_no_process_left(records)
+
+
+def test_a_truncated_checkpoint_is_refused_by_the_real_trainer(pytester, tiny_assets):
+    """Our own trainer, so its own check is what speaks: the reference run exits 2 with one
+    line naming the file; every case of that model errors without running it again."""
+    data = tiny_assets.checkpoint("gpt2").read_bytes()
+    (pytester.path / "cut.bin").write_bytes(data[: len(data) // 2])
+    config = {"models": ["gpt2"],
+              "model_files": {"gpt2": {"checkpoint": "cut.bin",
+                                       "input_bin": str(tiny_assets.tokens("gpt2", "train"))}},
+              "test_groups": [{"tag": "cut", "tests": [{"id": "a", "args": {}},
+                                                       {"id": "b", "args": {}}]}]}
+    (pytester.path / "cases.json").write_text(json.dumps(config))
+    result = pytester.runpytest(*harness_args(pytester, "--gpus", "1"))
+    result.assert_outcomes(errors=0, failed=2)
+    session = the_session(pytester.path / "out")
+    by_name = results(session)
+    for name in ("cut/gpt2/a", "cut/gpt2/b"):
+        record = by_name[name]
+        assert record["status"] == "error"
+        assert "the reference failed: exit code 2" in record["errors"][0]
+        assert f"error: {pytester.path / 'cut.bin'}" in record["errors"][0]
+        assert "truncated" in record["errors"][0]
+    assert len(list((session / "reference-failures").iterdir())) == 1  # run once, not per case
+    assert not [p for p in (pytester.path / "out" / "reference-cache").iterdir()
+                if not p.name.endswith(".lock")]  # nothing cached
+    assert "Traceback" not in result.stdout.str()
+    assert_leases_free(session)
+
+
+def test_sigint_mid_case_ends_the_run_and_keeps_finished_results(pytester, harness_dir, records):
+    harness_dir(fake_config([{"id": "ok", "args": {}}, {"id": "hang", "args": {}},
+                             {"id": "after", "args": {}}]))
+    command = [sys.executable, "-m", "pytest", *harness_args(pytester, "--harness-timeout", "120")]
+    session_process = subprocess.Popen(command, cwd=pytester.path, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r.get("child") and r["case"].endswith("/hang")
+                      for r in jsonl(records / "pids.jsonl")):
+            assert time.monotonic() < deadline, "the hang case never started"
+            assert session_process.poll() is None, session_process.stdout.read()
+            time.sleep(0.1)
+        session_process.send_signal(signal.SIGINT)
+        out, _ = session_process.communicate(timeout=60)
+    finally:
+        if session_process.poll() is None:
+            session_process.kill()
+    assert session_process.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "KeyboardInterrupt" in out
+    session = the_session(pytester.path / "out")
+    by_name = results(session)
+    assert by_name["fake/gpt2/ok"]["status"] == "passed"
+    assert "fake/gpt2/after" not in by_name
+    assert_no_process_left(records)
+    assert_leases_free(session)
+    # The next session recovers: the reference built before the interrupt is reused.
+    result = pytester.runpytest(*harness_args(pytester, "-k", "ok or after"))
+    result.assert_outcomes(passed=2)
+    assert all(r["reference"]["built"] is False for r in results(the_session(pytester.path / "out")).values())
