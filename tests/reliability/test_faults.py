@@ -54,8 +54,8 @@ def test_every_fault_is_reported_and_cleaned_up(pytester, harness_dir, records):
     assert assert_leases_free(session) == 3  # two slots and the guard
 
 
-def _entry(output):
-    entries = [p for p in (output / "reference-cache").iterdir() if not p.name.startswith(".")]
+def _entry(cache):
+    entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
     assert len(entries) == 1, entries
     return entries[0]
 
@@ -85,19 +85,25 @@ DAMAGES = {
 
 def test_a_damaged_reference_cache_entry_is_rebuilt_not_trusted(pytester, harness_dir, records):
     harness_dir(fake_config([{"id": "ok", "args": {}}]))
-    output = pytester.path / "out"
-    pytester.runpytest(*harness_args(pytester)).assert_outcomes(passed=1)
+    cache = pytester.path / "cache"
+
+    def session(n):
+        # Each session its own output (in-process sessions within one second share a name),
+        # all of them one reference cache.
+        output = pytester.path / f"out{n}"
+        result = pytester.runpytest(*harness_args(pytester), "--harness-output", str(output),
+                                    "--harness-reference-cache", str(cache))
+        result.assert_outcomes(passed=1)
+        return results(the_session(output))["fake/gpt2/ok"]
+
+    session(1)
     assert len(jsonl(records / "references.jsonl")) == 1
     for n, (what, damage) in enumerate(DAMAGES.items(), start=2):
-        damage(_entry(output))
-        result = pytester.runpytest(*harness_args(pytester))
-        result.assert_outcomes(passed=1)
-        record = results(the_session(output))["fake/gpt2/ok"]
-        assert record["reference"]["built"] is True, what  # rebuilt, not trusted
+        damage(_entry(cache))
+        assert session(n)["reference"]["built"] is True, what  # rebuilt, not trusted
         assert len(jsonl(records / "references.jsonl")) == n, what
     # And an intact entry is reused.
-    pytester.runpytest(*harness_args(pytester)).assert_outcomes(passed=1)
-    assert results(the_session(output))["fake/gpt2/ok"]["reference"]["built"] is False
+    assert session(len(DAMAGES) + 2)["reference"]["built"] is False
     assert len(jsonl(records / "references.jsonl")) == len(DAMAGES) + 1
     assert_no_process_left(records)
 
