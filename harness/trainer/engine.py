@@ -9,7 +9,7 @@ compute the same loss: the mean cross-entropy over every token of the step.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,10 @@ class Engine(Protocol):
 
     reports_loss: bool
     """True on the one rank that prints and records the step (the last stage's first rank)."""
+
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """loss_fn(logits, targets): a microbatch's mean loss, `cross_entropy` unless wrapped
+    (the layer profiler wraps it to time the loss as part of `lm_head`)."""
 
     def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> float | None:
         """Run one step: inputs and targets are (microbatches, B, T) for the whole step, every
@@ -51,6 +55,7 @@ class SingleDeviceEngine:
         self.model = model
         self.parts = [model]
         self.reports_loss = True
+        self.loss_fn = cross_entropy
         self.device = device
         self.dtype = dtype
 
@@ -61,7 +66,7 @@ class SingleDeviceEngine:
             with autocast(self.device, self.dtype):
                 logits = self.model(x)
             # Each microbatch's mean divided by their count: the step's mean over all tokens.
-            loss = cross_entropy(logits, y) / microbatches
+            loss = self.loss_fn(logits, y) / microbatches
             loss.backward()
             total += loss.detach()
         return float(total)

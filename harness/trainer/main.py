@@ -156,6 +156,7 @@ def _train(flags, config, layout, tokens, microbatches, parallel: bool, schedule
     batches = StepBatches(tokens, flags.batch_size, flags.sequence_length, microbatches)
     profiler = LayerProfiler(engine.parts, device, rank) if flags.profile_layers else None
     if profiler is not None:
+        engine.loss_fn = profiler.timed_loss(engine.loss_fn)
         timings_file = profile_path(flags.profile_layers, rank, world_size)
         timings_file.parent.mkdir(parents=True, exist_ok=True)
         timings_file.write_text("")

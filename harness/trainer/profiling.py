@@ -9,9 +9,12 @@ suggestion tool takes them all.
 What is timed: a block from its forward pre-hook to its forward hook, and from its backward
 pre-hook (gradient of its output ready) to its backward hook (gradient of its input ready);
 `embedding` is the token (and position) lookup forward and the embedding's backward up to the
-moment its weight gradient is accumulated; `lm_head` is the final norm plus the head projection,
-and their backward. The loss itself is not attributed. On CUDA every hook synchronizes, which
-slows the profiled run but makes the times those of the layer.
+moment its weight gradient is accumulated; `lm_head` is the final norm, the head projection and
+the loss (the engine's `loss_fn`, wrapped by `timed_loss`: its forward, and its backward from
+the loss's gradient to the logits' gradient), both directions. The loss is computed outside the
+model, but it runs wherever the head runs and over a large vocabulary its softmax is a real part
+of that stage's time, so a layout suggestion must see it. On CUDA every hook synchronizes,
+which slows the profiled run but makes the times those of the layer.
 """
 
 from __future__ import annotations
@@ -122,6 +125,21 @@ class LayerProfiler:
             part.ln_f.register_forward_pre_hook(norm_pre),
             part.register_forward_hook(part_post),
         ]
+
+    def timed_loss(self, loss_fn: Callable) -> Callable:
+        """`loss_fn` (logits, targets) -> loss, its forward and backward added to `lm_head`."""
+
+        def timed(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            start = self._now()
+            loss = loss_fn(logits, targets)
+            self.forward_ms["lm_head"] += (self._now() - start) * 1e3
+            if loss.requires_grad and logits.requires_grad:
+                backward_starts: list[float] = []
+                loss.register_hook(lambda grad: backward_starts.append(self._now()))
+                logits.register_hook(self._close(backward_starts, "lm_head"))
+            return loss
+
+        return timed
 
     def _close(self, starts: list[float], key: str):
         def hook(_grad):

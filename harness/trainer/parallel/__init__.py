@@ -46,7 +46,6 @@ def build_parallel_engine(flags, checkpoint, layout, world: World):
     from harness.trainer.parallel.engine import ParallelEngine
     from harness.trainer.parallel.pipeline import build_chunk, build_stages, chunk_specs
     from harness.trainer.parallel.schedules import build_schedule
-    from harness.trainer.engine import cross_entropy
 
     config = checkpoint.config
     plan = plan_parallel(flags, config, layout, world.world_size)
@@ -76,14 +75,14 @@ def build_parallel_engine(flags, checkpoint, layout, world: World):
             apply(module, config, world.mesh["tp"])
 
     tied_group = _tied_embedding_group(world, specs) if plan.pp > 1 else None
-    schedule = None
+    engine = ParallelEngine(world, plan, config, local, n_chunks, None, dtype, tied_group)
     if plan.pp > 1:
         stages = build_stages(local, n_chunks, world.device, world.group("pp"))
-        schedule = build_schedule(
+        engine.schedule = build_schedule(
             plan.schedule, plan.kind, stages, plan.chunk_stages, plan.pp, plan.microbatches,
-            loss_fn=cross_entropy,
+            loss_fn=engine.loss,
         )
-    return ParallelEngine(world, plan, config, local, n_chunks, schedule, dtype, tied_group)
+    return engine
 
 
 def _tied_embedding_group(world: World, specs):

@@ -60,6 +60,12 @@ class ParallelEngine:
         self.reports_loss = self.holds_last and world.dp_rank == 0 and world.tp_rank == 0
         self.tied = _is_gpt2(config) and plan.pp > 1
         self.tied_group = tied_group
+        self.loss_fn = cross_entropy
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The schedule's loss_fn: calls `self.loss_fn` at each call, so wrapping it later
+        (the layer profiler does) takes effect."""
+        return self.loss_fn(output, target)
 
     # -- the step ------------------------------------------------------------------------------
     def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> float | None:
@@ -100,7 +106,7 @@ class ParallelEngine:
         for xb, yb in zip(x.to(self.device), y.to(self.device)):
             with autocast(self.device, self.dtype):
                 logits = model(xb)
-            loss = cross_entropy(logits, yb) / m
+            loss = self.loss_fn(logits, yb) / m
             loss.backward()
             total += loss.detach()
         return total * m  # sum of the microbatch means
