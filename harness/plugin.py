@@ -58,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session_dir = Path(workerinput[_SESSION_KEY])
         worker = workerinput.get("workerid", "worker")
     else:
-        session_dir = output / "sessions" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        session_dir = _new_session_dir(output / "sessions")
         worker = "main"
     cache = config.getoption("--harness-reference-cache")
     config.stash[_SETTINGS] = {
@@ -105,6 +105,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         s = config.stash[_SETTINGS]
         s["header"]["finished_at"] = now()
         write_header(s["session_dir"], s["header"])
+
+
+def _new_session_dir(sessions: Path) -> Path:
+    # Time first, so name order is time order; the pid and a counter keep two sessions apart
+    # even when one process starts both within a second (pytester, IDE runners).
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    candidate, n = sessions / stem, 1
+    while candidate.exists():
+        n += 1
+        candidate = sessions / f"{stem}-{n}"
+    return candidate
 
 
 class _XdistHooks:
