@@ -1,17 +1,29 @@
-"""The test config: schema, loading, @VAR@ substitution, InfiniTrain mapping, case expansion."""
+"""The test config: schema, loading, @VAR@ substitution, InfiniTrain mapping, case expansion.
 
-from .config import (
+    load.py          read, parse, validate, build: load_config, read_tags
+    validate.py      JSON Schema errors as one line; tags and ids matched in full
+    errors.py        ConfigError and where in the file an error is
+    build.py         variables, model files, assets, trainer
+    expand.py        test groups -> (tag, case, model) Cases, tolerances and comparisons layered
+    args.py          a case's flags: defaults < group < case, owned and InfiniTrain-only flags
+    flags.py         the flag tables and each flag's typed value
+    world_size.py    world size (dp / nthread_per_process x tp x pp) and total-batch arithmetic
+    substitution.py  @VAR@
+    config_types.py  the dataclasses: Tolerance(s), Compare, ModelFiles, TrainerSpec, Case, ...
+    schema.py        the JSON Schema
+"""
+
+from .config_types import (
     Case,
     Compare,
-    ConfigError,
     HarnessConfig,
     ModelFiles,
     Tolerance,
     Tolerances,
     TrainerSpec,
-    load_config,
-    read_tags,
 )
+from .errors import ConfigError
+from .load import load_config, read_tags
 
 __all__ = ["Case", "Compare", "ConfigError", "HarnessConfig", "ModelFiles", "Tolerance",
            "Tolerances", "TrainerSpec", "load_config", "read_tags"]

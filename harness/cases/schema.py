@@ -2,9 +2,9 @@
 are one thing: `python -c 'from harness.cases.schema import schema_text; print(schema_text(), end="")'
 > configs/test_config.schema.json` writes the file (a test checks the two agree).
 
-The schema checks shape and types; harness.cases.config adds what a schema cannot say (duplicate
-ids, undefined @VAR@, world size, batch arithmetic) and turns every error into one line naming
-the file, the case and the field.
+The schema checks shape and types; the rest of harness.cases adds what a schema cannot say
+(duplicate ids, undefined @VAR@, world size, batch arithmetic) and turns every error into one
+line naming the file, the case and the field.
 """
 
 from __future__ import annotations

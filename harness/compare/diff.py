@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.cases.config import Tolerance
+from harness.cases import Tolerance
 
 from .locate import _LAYER, Locator
 

@@ -1,0 +1,80 @@
+"""Case expansion: every (tag, case, model) of the test groups, in file order, with its
+resolved flags, world size, tolerances and comparisons (top level < group < case)."""
+
+from __future__ import annotations
+
+from .args import resolve_args
+from .config_types import Case, Compare, Tolerance, Tolerances
+from .flags import DTYPES
+
+# atol per dtype (InfiniTrain's loss thresholds); rtol 0 unless configured.
+DEFAULT_ATOL = {"float32": 1e-5, "bfloat16": 1e-2}
+
+
+def expand_cases(data: dict, variables: dict, models: tuple[str, ...],
+                 failer) -> tuple[tuple[str, ...], tuple[Case, ...]]:
+    """The config's tags (first-seen order) and its expanded cases."""
+    default_tolerances = {}
+    for dtype in DTYPES:
+        base = Tolerances(Tolerance(DEFAULT_ATOL[dtype]), Tolerance(DEFAULT_ATOL[dtype]))
+        default_tolerances[dtype] = _tolerances(base, data.get("tolerances", {}).get(dtype))
+    top_compare = _compare(Compare(), data.get("compare"), failer(["compare"]))
+    top_defaults = data.get("defaults", {})
+
+    tags: list[str] = []
+    cases: list[Case] = []
+    seen: dict[tuple[str, str], str] = {}
+    for g, group in enumerate(data["test_groups"]):
+        tag = group["tag"]
+        if tag not in tags:
+            tags.append(tag)
+        group_compare = _compare(top_compare, group.get("compare"),
+                                 failer(["test_groups", g, "compare"]))
+        for t, test in enumerate(group["tests"]):
+            where = ["test_groups", g, "tests", t]
+            source = f"test_groups[{g}].tests[{t}]"
+            key = (tag, test["id"])
+            if key in seen:
+                failer(where + ["id"])(f"duplicate case id {test['id']!r} in tag {tag!r} "
+                                       f"(also {seen[key]}); ids must be unique within a tag")
+            seen[key] = source
+            flags, world_size, unsupported = resolve_args(
+                [(["defaults"], top_defaults),
+                 (["test_groups", g, "defaults"], group.get("defaults", {})),
+                 (where + ["args"], test.get("args", {}))],
+                variables, failer)
+            dtype = flags["dtype"]
+            tolerances = _tolerances(
+                _tolerances(default_tolerances[dtype], group.get("tolerances")),
+                test.get("tolerances"))
+            compare = _compare(group_compare, test.get("compare"), failer(where + ["compare"]))
+            for model in test.get("models", group.get("models", models)):
+                cases.append(Case(
+                    tag=tag, case_id=test["id"], model=model, flags=dict(flags),
+                    world_size=world_size, tolerances=tolerances, compare=compare,
+                    source=source, description=test.get("description", ""),
+                    extra_flags=dict(unsupported),
+                ))
+    return tuple(tags), tuple(cases)
+
+
+def _tolerance(base: Tolerance, override: dict | None) -> Tolerance:
+    if not override:
+        return base
+    return Tolerance(override.get("atol", base.atol), override.get("rtol", base.rtol))
+
+
+def _tolerances(base: Tolerances, override: dict | None) -> Tolerances:
+    if not override:
+        return base
+    return Tolerances(_tolerance(base.loss, override.get("loss")),
+                      _tolerance(base.gradients, override.get("gradients")))
+
+
+def _compare(base: Compare, override: dict | None, fail) -> Compare:
+    if not override:
+        return base
+    try:
+        return Compare(override.get("loss", base.loss), override.get("gradients", base.gradients))
+    except ValueError as error:
+        fail(str(error))

@@ -1,0 +1,50 @@
+"""Load configs/test_config.json: read, parse (plain JSON: no NaN or Infinity), validate, build.
+
+No torch, no pytest: `load_config(path)` returns a HarnessConfig whose `cases` are the expanded
+(tag, case, model) triples in file order, so every pytest-xdist worker sees the same list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .build import build_config
+from .config_types import HarnessConfig
+from .errors import ConfigError
+from .validate import validate_schema
+
+
+def read_tags(path: str | Path) -> list[str]:
+    """The tags of a config, best effort (for marker registration before collection); a file
+    that cannot be read gives [] here and its error at collection."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return [g["tag"] for g in data.get("test_groups", [])
+                if isinstance(g, dict) and isinstance(g.get("tag"), str)
+                and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", g["tag"])]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+
+
+def load_config(path: str | Path) -> HarnessConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the test config: "
+                          f"{error.strerror or error}") from None
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}: invalid JSON at line {error.lineno} column {error.colno}: "
+                          f"{error.msg}") from None
+    except ValueError as error:
+        raise ConfigError(f"{path}: invalid JSON: {error}") from None
+    validate_schema(path, data)
+    return build_config(path, data)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
