@@ -1,23 +1,12 @@
-"""Run one case end to end: files, reference (once per key), device lease, port, the run, the
-diff, the result record. Plain Python (no pytest): the plugin's items call `CaseRunner.run` and
-turn its Outcome into pass / fail / skip.
-
-Per case, under the session folder:
-
-    cases/<tag>/<model>/<id>/       the run's --output_dir (run.json, steps.jsonl, layout.txt)
-        gradients/                  its gradient dump
-        logs/launcher.stdout|stderr, logs/ranks/...   launcher and per-rank logs
-"""
+"""CaseRunner: one case end to end: files, reference (once per key), device lease, port, the
+run, the diff, the result record."""
 
 from __future__ import annotations
 
 import math
 import shlex
-import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
@@ -29,31 +18,14 @@ from harness.launch import (
     ProcessResult,
     free_port,
     run_process,
-    tail,
 )
 from harness.reference import ReferenceCache, ReferenceError, reference_key
-from harness.results import new_record
 
-TAIL_LINES = 25
-
-
-@dataclass(frozen=True)
-class Settings:
-    session_id: str
-    session_dir: Path
-    reference_root: Path
-    lease_dir: Path
-    slots: int  # devices the run may use (--gpus)
-    device: str  # cpu | cuda
-    timeout_s: float
-    worker: str = "main"
-
-
-@dataclass
-class Outcome:
-    status: str  # passed | failed | skipped | error
-    message: str  # the failure / skip text shown by pytest
-    record: dict = field(default_factory=dict)
+from .diagnosis import crash_text, mismatch_text
+from .planned_layout import layout_from_flags, num_layers
+from .record import now, set_layout, start_record, throughput
+from .settings import Outcome, Settings
+from .steps_file import read_steps, write_steps
 
 
 def make_backend(config: HarnessConfig):
@@ -105,19 +77,10 @@ class CaseRunner:
 
     def run(self, case: Case, nodeid: str = "") -> Outcome:
         started = time.time()
-        record = new_record(
-            session=self.settings.session_id, worker=self.settings.worker, nodeid=nodeid,
-            name=case.name, tag=case.tag, model=case.model, case_id=case.case_id,
-            description=case.description, world_size=case.world_size,
-            parallel={"pp": case.pp, "tp": case.tp, "dp": case.dp, "vpp": case.vpp,
-                      "sequence_parallel": bool(case.flags.get("sequence_parallel"))},
-            flags={**case.flags, **case.extra_flags}, device=self.settings.device,
-            compare=case.compare.to_dict(), tolerances=case.tolerances.to_dict(),
-            started_at=_now(),
-        )
+        record = start_record(case, self.settings, nodeid)
         # The layout the flags ask for, so skipped and crashed cases carry one too; a run that
         # records its own layout (run.json) replaces it below.
-        _set_layout(record, self._layout_from_flags(case))
+        set_layout(record, layout_from_flags(case, self.num_layers(case.model)))
         timings: dict[str, float] = {}
         record["timings"] = timings
         try:
@@ -129,7 +92,7 @@ class CaseRunner:
         if outcome.status in ("failed", "error"):
             record["errors"].append(outcome.message)
         timings["total_s"] = time.time() - started
-        record["finished_at"] = _now()
+        record["finished_at"] = now()
         outcome.record = record
         return outcome
 
@@ -174,14 +137,14 @@ class CaseRunner:
         run_record = outputs.run_record or {}
         record["environment"] = run_record.get("environment")
         layout = run_record.get("layout") or record["layout"]
-        _set_layout(record, layout)
+        set_layout(record, layout)
         record["layout_text"] = run_record.get("layout_text")
         ran = run_record.get("parallel") or {}
         if ran.get("schedule") and isinstance(record.get("parallel"), dict):
             record["parallel"]["schedule"] = ran["schedule"]  # what the trainer chose and ran
         steps = outputs.steps
         record["losses"] = [s.get("loss") for s in steps]
-        record.update(_throughput(steps))
+        record.update(throughput(steps))
 
         if not result.ok:
             failing = self.backend.failing_rank(spec, result)
@@ -193,7 +156,7 @@ class CaseRunner:
         t = time.time()
         lines = []
         ok = True
-        ref_steps = _read_steps(reference.steps_file)
+        ref_steps = read_steps(reference.steps_file)
         record["reference_losses"] = [s.get("loss") for s in ref_steps]
         if case.compare.loss:
             loss = compare_losses(steps, ref_steps, case.tolerances.loss)
@@ -210,10 +173,8 @@ class CaseRunner:
         timings["compare_s"] = time.time() - t
         if ok:
             return Outcome("passed", "")
-        header = f"{case.name}: the run differs from the single-device reference"
-        footer = [f"run folder: {spec.output_dir}", f"reference: {reference.path}",
-                  f"command: {shlex.join(result.argv)}"]
-        return Outcome("failed", "\n".join([header, *("  " + l for l in "\n".join(lines).splitlines()), *footer]))
+        return Outcome("failed", mismatch_text(case, lines, spec.output_dir, reference.path,
+                                               result.argv))
 
     # ------------------------------------------------------------------ pieces
 
@@ -258,7 +219,7 @@ class CaseRunner:
                 failure.write_text(problem)
                 raise ReferenceError(problem)
             if not (folder / "steps.jsonl").is_file():
-                _write_steps(folder / "steps.jsonl", outputs.steps)
+                write_steps(folder / "steps.jsonl", outputs.steps)
             return {"command": list(result.argv), "duration_s": result.duration_s}
 
         return self.references.get_or_build(key, build)
@@ -274,112 +235,9 @@ class CaseRunner:
                 for rank, paths in logs.items() if paths}
 
     def num_layers(self, model: str) -> int | None:
-        """The model's transformer layers from its checkpoint header (torch-free), without
-        generating synthetic assets that are not there yet (their preset says it)."""
-        try:
-            if model in self._files:
-                checkpoint = self._files[model][0]
-            else:
-                files = self.config.files_for(model)
-                if files.synthetic:
-                    from harness.assets.presets import PRESETS
-
-                    return int(getattr(PRESETS[self.config.assets.preset], model).n_layer)
-                checkpoint = files.checkpoint
-            from harness.trainer.llmc import read_checkpoint_header
-
-            return int(read_checkpoint_header(checkpoint)[1].n_layer)
-        except Exception:  # unreadable or not an llm.c checkpoint (another trainer's files)
-            return None
-
-    def _layout_from_flags(self, case: Case) -> dict | None:
-        """The layout the case's flags ask for (resolve_layout, as the trainer does); None when
-        the model's depth is unknown or the flags do not resolve (the run will say why)."""
-        num_layers = self.num_layers(case.model)
-        if num_layers is None:
-            return None
-        try:
-            from harness.layout import resolve_layout
-
-            f = case.flags
-            return resolve_layout(
-                num_layers, case.pp, case.vpp,
-                partition=f.get("pipeline_layer_partition"), costs=f.get("pipeline_layer_costs"),
-                chunk_layout=f.get("pipeline_chunk_layout"),
-                megatron_layout=f.get("pipeline_model_parallel_layout"),
-            ).to_dict()
-        except Exception:
-            return None
+        checkpoint = self._files[model][0] if model in self._files else None
+        return num_layers(self.config, model, checkpoint)
 
     def _crash_text(self, case: Case, spec: LaunchSpec, result: ProcessResult,
                     failing: str | None, rank_logs: dict, what: str = "run") -> str:
-        if result.timed_out:
-            reason = (f"timed out after {self.settings.timeout_s:g} s (--harness-timeout); "
-                      f"every process of the run was killed")
-        elif result.returncode is not None and result.returncode < 0:
-            reason = f"killed by signal {_signal_name(-result.returncode)}"
-        else:
-            reason = f"exit code {result.returncode}"
-        if failing is not None:
-            reason = f"rank {failing} of {spec.world_size} failed first; {reason}"
-        lines = [f"{case.name}: the {what} failed: {reason}",
-                 f"command: {shlex.join(result.argv)}",
-                 f"launcher log: {result.stdout}"]
-        shown = False
-        ranks = [failing] if failing in rank_logs else (sorted(rank_logs) if result.timed_out else [])
-        for rank in ranks:
-            per_rank = TAIL_LINES if failing is not None else 6
-            for path in rank_logs[rank]:
-                text = tail(path, per_rank)
-                if text.strip():
-                    lines += [f"--- rank {rank}: {path} (last lines) ---", text]
-                    shown = True
-        if not shown:
-            for path in (result.stderr, result.stdout):
-                text = tail(path, TAIL_LINES)
-                if text.strip():
-                    lines += [f"--- {path} (last lines) ---", text]
-        return "\n".join(lines)
-
-
-def _set_layout(record: dict, layout: dict | None) -> None:
-    """The record's layout, and `parallel.vpp` from it: a Megatron string or a chunk layout
-    sets the chunks per stage without --virtual_pipeline_parallel."""
-    record["layout"] = layout
-    vpp = layout.get("vpp") if isinstance(layout, dict) else None
-    if isinstance(vpp, int) and vpp >= 1:
-        record["parallel"]["vpp"] = vpp
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
-
-
-def _throughput(steps: list[dict]) -> dict[str, Any]:
-    timed = steps[1:] if len(steps) > 1 else steps  # the first step includes warm-up
-    def mean(key):
-        values = [float(s[key]) for s in timed if s.get(key) is not None]
-        values = [v for v in values if math.isfinite(v)]
-        return sum(values) / len(values) if values else None
-    peaks = [float(s["peak_memory_mb"]) for s in steps if s.get("peak_memory_mb") is not None]
-    return {"tokens_per_s": mean("tokens_per_s"), "step_time_ms": mean("step_time_ms"),
-            "peak_memory_mb": max(peaks) if peaks else None}
-
-
-def _read_steps(path: Path) -> list[dict]:
-    from harness.launch.backends import read_jsonl
-
-    return read_jsonl(path)
-
-
-def _write_steps(path: Path, steps: list[dict]) -> None:
-    import json
-
-    path.write_text("".join(json.dumps({"format": "harness.step/1", **s}) + "\n" for s in steps))
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        return crash_text(case, spec, result, failing, rank_logs, self.settings.timeout_s, what)

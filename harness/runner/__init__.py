@@ -1,0 +1,22 @@
+"""Run one case end to end: files, reference (once per key), device lease, port, the run, the
+diff, the result record. Plain Python (no pytest): the plugin's items call `CaseRunner.run` and
+turn its Outcome into pass / fail / skip.
+
+Per case, under the session folder:
+
+    cases/<tag>/<model>/<id>/       the run's --output_dir (run.json, steps.jsonl, layout.txt)
+        gradients/                  its gradient dump
+        logs/launcher.stdout|stderr, logs/ranks/...   launcher and per-rank logs
+
+    case_runner.py     CaseRunner: inputs, reference, lease, launch, diff
+    settings.py        Settings (what it is given), Outcome (what it returns)
+    record.py          the result record: start, layout, throughput
+    planned_layout.py  the layout the flags ask for, before the run
+    diagnosis.py       the failure text of a crashed, hung or differing run
+    steps_file.py      steps.jsonl read and written
+"""
+
+from .case_runner import CaseRunner, make_backend
+from .settings import Outcome, Settings
+
+__all__ = ["CaseRunner", "Outcome", "Settings", "make_backend"]

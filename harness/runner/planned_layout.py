@@ -1,0 +1,46 @@
+"""The pipeline layout a case's flags ask for, resolved before the run (as the trainer does), so
+skipped and crashed cases carry one too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.cases import Case, HarnessConfig
+
+
+def num_layers(config: HarnessConfig, model: str, checkpoint: Path | None) -> int | None:
+    """The model's transformer layers from its checkpoint header (torch-free), without
+    generating synthetic assets that are not there yet (their preset says it). `checkpoint` is
+    the model's resolved checkpoint when known."""
+    try:
+        if checkpoint is None:
+            files = config.files_for(model)
+            if files.synthetic:
+                from harness.assets.presets import PRESETS
+
+                return int(getattr(PRESETS[config.assets.preset], model).n_layer)
+            checkpoint = files.checkpoint
+        from harness.trainer.llmc import read_checkpoint_header
+
+        return int(read_checkpoint_header(checkpoint)[1].n_layer)
+    except Exception:  # unreadable or not an llm.c checkpoint (another trainer's files)
+        return None
+
+
+def layout_from_flags(case: Case, num_layers: int | None) -> dict | None:
+    """The layout the case's flags ask for (resolve_layout, as the trainer does); None when
+    the model's depth is unknown or the flags do not resolve (the run will say why)."""
+    if num_layers is None:
+        return None
+    try:
+        from harness.layout import resolve_layout
+
+        f = case.flags
+        return resolve_layout(
+            num_layers, case.pp, case.vpp,
+            partition=f.get("pipeline_layer_partition"), costs=f.get("pipeline_layer_costs"),
+            chunk_layout=f.get("pipeline_chunk_layout"),
+            megatron_layout=f.get("pipeline_model_parallel_layout"),
+        ).to_dict()
+    except Exception:
+        return None

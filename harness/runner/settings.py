@@ -1,0 +1,25 @@
+"""What a CaseRunner is given (Settings) and what it returns for a case (Outcome)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    session_id: str
+    session_dir: Path
+    reference_root: Path
+    lease_dir: Path
+    slots: int  # devices the run may use (--gpus)
+    device: str  # cpu | cuda
+    timeout_s: float
+    worker: str = "main"
+
+
+@dataclass
+class Outcome:
+    status: str  # passed | failed | skipped | error
+    message: str  # the failure / skip text shown by pytest
+    record: dict = field(default_factory=dict)
