@@ -6,13 +6,14 @@ harness.compare and harness.results.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 from harness.cases import ConfigError, load_config, read_tags
+from harness.cases.node_ids import case_names
+from harness.session_folder import new_session_dir
 
 _SETTINGS = pytest.StashKey[dict]()
 _RUNNER = pytest.StashKey[object]()
@@ -58,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session_dir = Path(workerinput[_SESSION_KEY])
         worker = workerinput.get("workerid", "worker")
     else:
-        session_dir = _new_session_dir(output / "sessions")
+        session_dir = new_session_dir(output / "sessions")
         worker = "main"
     cache = config.getoption("--harness-reference-cache")
     config.stash[_SETTINGS] = {
@@ -107,17 +108,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         write_header(s["session_dir"], s["header"])
 
 
-def _new_session_dir(sessions: Path) -> Path:
-    # Time first, so name order is time order; the pid and a counter keep two sessions apart
-    # even when one process starts both within a second (pytester, IDE runners).
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    candidate, n = sessions / stem, 1
-    while candidate.exists():
-        n += 1
-        candidate = sessions / f"{stem}-{n}"
-    return candidate
-
-
 class _XdistHooks:
     def __init__(self, config: pytest.Config, session_dir: Path) -> None:
         self.config = config
@@ -131,17 +121,6 @@ class _XdistHooks:
         if _is_controller(self.config):
             _record_collected(self.config,
                               case_names(ids, self.config.stash[_SETTINGS]["config_path"]))
-
-
-def case_names(nodeids, config_path: Path) -> list[str]:
-    """`tag/model/id` of the node ids that are cases of the config file (`<file>::<name>`)."""
-    names = []
-    for nodeid in nodeids:
-        file_part, sep, name = str(nodeid).partition("::")
-        if sep and Path(file_part).name == config_path.name and len(name.split("/")) == 3 \
-                and "::" not in name:
-            names.append(name)
-    return names
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
@@ -197,34 +176,18 @@ class HarnessCaseItem(pytest.Item):
 
 def _runner(config: pytest.Config, harness_config):
     if _RUNNER not in config.stash:
-        from harness.runner import CaseRunner, Settings
+        from harness.runner import CaseRunner
+        from harness.runner.devices import runner_settings
 
         s = config.stash[_SETTINGS]
-        device = config.getoption("--harness-device")
-        if device == "auto":
-            device = "cuda" if _cuda_count() else "cpu"
-        slots = config.getoption("--gpus")
-        if slots is None:
-            slots = _cuda_count() if device == "cuda" else (os.cpu_count() or 1)
-        # Leases are machine-wide for real GPUs, per session for virtual CPU slots.
-        lease_dir = (Path("/tmp") / f"harness-device-leases-{os.getuid()}" if device == "cuda"
-                     else s["session_dir"] / "leases")
-        s["session_dir"].mkdir(parents=True, exist_ok=True)
-        settings = Settings(
-            session_id=s["session_dir"].name, session_dir=s["session_dir"],
-            reference_root=s["reference_root"], lease_dir=lease_dir, slots=slots,
-            device=device, timeout_s=config.getoption("--harness-timeout"), worker=s["worker"],
+        settings = runner_settings(
+            s["session_dir"], s["reference_root"], s["worker"],
+            config.getoption("--harness-device"), config.getoption("--gpus"),
+            config.getoption("--harness-timeout"),
         )
+        s["session_dir"].mkdir(parents=True, exist_ok=True)
         config.stash[_RUNNER] = CaseRunner(harness_config, settings)
     return config.stash[_RUNNER]
-
-
-def _cuda_count() -> int:
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from harness.cases import load_config
 from harness.launch import LaunchSpec
 from harness.launch.process import ProcessResult
-from harness.plugin import case_names
+from harness.cases.node_ids import case_names
 from harness.results import SESSION_FORMAT, read_header, write_header
 from harness.results.session import driver_version, git_facts, new_header
 from harness.runner import CaseRunner, Settings
