@@ -151,19 +151,32 @@ def main() -> None:
                                               for s in splits), flush=True)
 
     tps = {s: median(v) for s, v in samples.items()}
+    top = {s: max(v) for s, v in samples.items()}  # the least disturbed step of all rounds
     ranking = sorted(splits, key=lambda s: -tps[s])
-    best, uniform = tps[ranking[0]], tps[tuple(PipelineLayout.uniform(n, 2).stage_layer_counts())]
+    top_ranking = sorted(splits, key=lambda s: -top[s])
+    uni = tuple(PipelineLayout.uniform(n, 2).stage_layer_counts())
+    best, uniform = tps[ranking[0]], tps[uni]
     rows = []
     for split in ranking:
         rows.append([f"{split[0]},{split[1]}", ", ".join(labels.get(split, [])),
                      f"{tps[split]:.0f}", " ".join(f"{x:.0f}" for x in per_round[split]),
                      f"{tps[split] / uniform:.3f}", f"{tps[split] / best:.3f}",
-                     ranking.index(split) + 1])
+                     ranking.index(split) + 1, f"{top[split]:.0f}",
+                     f"{top[split] / top[uni]:.3f}", top_ranking.index(split) + 1])
     print()
     print(tabulate(rows, headers=["split", "chosen by", "median tok/s", "per-round medians",
-                                  "vs uniform", "vs best", "rank"], disable_numparse=True))
+                                  "vs uniform", "vs best", "rank", "best step tok/s",
+                                  "best step vs uniform", "rank by best step"],
+                   disable_numparse=True))
     chosen = tuple(pp_suggestion["partition"])
-    print(f"\nsuggested {chosen[0]},{chosen[1]}: rank {ranking.index(chosen) + 1} of "
+    vs_best = [per_round[chosen][r] / max(per_round[s][r] for s in splits)
+               for r in range(a.rounds)]
+    vs_uniform = [per_round[chosen][r] / per_round[uni][r] for r in range(a.rounds)]
+    print("\nper round, suggested / best of the round: "
+          + " ".join(f"{x:.3f}" for x in vs_best) + f" (median {median(vs_best):.3f}); "
+          "suggested / uniform: " + " ".join(f"{x:.3f}" for x in vs_uniform)
+          + f" (median {median(vs_uniform):.3f})")
+    print(f"suggested {chosen[0]},{chosen[1]}: rank {ranking.index(chosen) + 1} of "
           f"{len(splits)}; {tps[chosen] / best:.3f} x best (target >= 0.97: "
           f"{'met' if tps[chosen] / best >= 0.97 else 'MISSED'}), {tps[chosen] / uniform:.3f} x "
           f"uniform (target >= 1.10: {'met' if tps[chosen] / uniform >= 1.10 else 'MISSED'})")
