@@ -239,7 +239,8 @@ def main() -> None:
     sizes = [s for s in SIZES if s[0] <= 128] if args.quick else SIZES
     print("\n## time (median ms per solve) and slowest stage / optimum\n", flush=True)
     size_table(sizes, args.repeats)
-    print("\n## small random cases (3-12 layers, 2-5 stages, random E and L; truth = brute force)\n")
+    print("\n## small random cases (3-12 layers, 2-5 stages, random E and L; "
+          "truth = brute force)\n")
     random_small_cases(1000 if args.quick else args.cases)
 
 
