@@ -37,6 +37,19 @@ class Engine(Protocol):
         ranks every parameter is yielded exactly once, under its single-device name."""
 
 
+def compute_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a --dtype value (flags.DTYPES)."""
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+def require_device(kind: str) -> None:
+    """Refuse --device=cuda where torch sees no CUDA device (FlagError, exit 2)."""
+    from harness.trainer.flags import FlagError
+
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise FlagError("--device=cuda but torch sees no CUDA device")
+
+
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean token cross-entropy, computed in float32 whatever the compute dtype."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(0, 1))

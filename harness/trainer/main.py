@@ -99,45 +99,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = parse_flags(argv)
     try:
         model_kind, config, layout = _check_inputs(flags)
+        from harness.trainer.engine import require_device
+
+        require_device(flags.device)
         parallel = world_size > 1 or flags.pipeline_parallel > 1 or flags.tensor_parallel > 1
         if parallel:
             from harness.trainer.parallel import plan_parallel
 
             plan = plan_parallel(flags, config, layout, world_size)
-            data_parallel, schedule = plan.dp, plan.schedule
+            microbatches = plan.microbatches * plan.dp
         else:
-            data_parallel, schedule = 1, None
-        microbatches_per_rank = check_batch_arithmetic(flags, data_parallel)
+            plan = None
+            microbatches = check_batch_arithmetic(flags, data_parallel=1)
         tokens = read_tokens(flags.input_bin, vocab_size=config.vocab_size)
         _check_token_count(flags, len(tokens))
     except (FlagError, LayoutError, LlmcFormatError, FileNotFoundError) as error:
         if rank == 0:
             print(f"error: {error}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
-    return _train(
-        flags, config, layout, tokens, microbatches_per_rank * data_parallel, parallel, schedule
-    )
+    return _train(flags, config, layout, tokens, microbatches, plan)
 
 
-def _train(flags, config, layout, tokens, microbatches, parallel: bool, schedule) -> int:
+def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
+    """`microbatches`: per step over all data-parallel ranks; `plan`: the ParallelPlan, or None
+    on one device."""
     import torch
 
     from harness.trainer.data import StepBatches
-    from harness.trainer.engine import SingleDeviceEngine
+    from harness.trainer.engine import SingleDeviceEngine, compute_dtype
     from harness.trainer.gradient_dump import write_gradients, write_manifest
     from harness.trainer.llmc import read_checkpoint
     from harness.trainer.profiling import LayerProfiler, append_records, profile_path
     from harness.trainer.records import RunRecorder, StepRecord, environment, format_step_line
 
     torch.manual_seed(flags.seed)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[flags.dtype]
-    checkpoint = read_checkpoint(flags.llmc_filepath)
+    # Memory-mapped: a pipeline rank copies in only the tensors of the chunks it builds.
+    checkpoint = read_checkpoint(flags.llmc_filepath, mmap=True)
     rank, world_size = _rank_and_world()
+    parallel = plan is not None
+    schedule = plan.schedule if parallel else None
     if parallel:
         from harness.trainer.parallel import build_parallel_engine, init_distributed
 
         world = init_distributed(flags)
-        engine = build_parallel_engine(flags, checkpoint, layout, world)
+        engine = build_parallel_engine(flags, plan, checkpoint, layout, world)
         device, mesh = world.device, world.mesh_sizes
     else:
         from harness.trainer.models import build_model, load_weights
@@ -147,7 +152,7 @@ def _train(flags, config, layout, tokens, microbatches, parallel: bool, schedule
             device = torch.device("cuda", 0)
         model = build_model(checkpoint.config)
         load_weights(model, checkpoint.tensors)
-        engine = SingleDeviceEngine(model.to(device), device, dtype)
+        engine = SingleDeviceEngine(model.to(device), device, compute_dtype(flags.dtype))
         mesh = {"pp": 1, "dp": 1, "tp": 1}
     del checkpoint
 

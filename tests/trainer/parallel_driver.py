@@ -30,7 +30,7 @@ from harness.trainer.engine import SingleDeviceEngine
 from harness.trainer.flags import TrainerFlags
 from harness.trainer.models import build_model
 from harness.trainer.models.configs import GPT2Config, LLaMA3Config
-from harness.trainer.parallel import build_parallel_engine, init_distributed
+from harness.trainer.parallel import build_parallel_engine, init_distributed, plan_parallel
 
 STEPS = 2
 LR = 0.5  # large, so a wrong step-1 update shows in step 2's loss
@@ -142,7 +142,8 @@ def run_case(name, model, overrides, world):
         chunk_layout=flags.pipeline_chunk_layout, megatron_layout=flags.pipeline_model_parallel_layout,
     )
     started = time.perf_counter()
-    engine = build_parallel_engine(flags, checkpoint, layout, world)
+    plan = plan_parallel(flags, checkpoint.config, layout, world.world_size)
+    engine = build_parallel_engine(flags, plan, checkpoint, layout, world)
     losses, grads = run_engine(engine, steps)
     elapsed = time.perf_counter() - started
     gathered = [None] * dist.get_world_size()

@@ -142,3 +142,10 @@ def test_bfloat16_compute_tracks_float32_and_optimizers_lower_the_loss(tiny_asse
     assert np.allclose(bf16, fp32, atol=5e-2)
     if optimizer == "adamw":
         assert fp32[-1] < fp32[0] - 0.1
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_requested_without_cuda_is_refused_before_training(tiny_assets, tmp_path, capsys):
+    assert main([*_flags(tiny_assets, "gpt2", tmp_path), "--device", "cuda"]) == 2
+    assert capsys.readouterr().err == "error: --device=cuda but torch sees no CUDA device\n"
+    assert not (tmp_path / "steps.jsonl").exists()

@@ -2,9 +2,9 @@
 
 The loop (harness.trainer.main) calls, in this order::
 
-    dp = validate_parallel(flags, config, layout, world_size)  # refuses before anything is built
-    world = init_distributed(flags)                             # process group, device, mesh
-    engine = build_parallel_engine(flags, checkpoint, layout, world)
+    plan = plan_parallel(flags, config, layout, world_size)  # refuses before anything is built
+    world = init_distributed(flags)                           # process group, device, mesh
+    engine = build_parallel_engine(flags, plan, checkpoint, layout, world)
 
 Mesh and rank order: world.py. Schedules and which layouts they fit: schedules.py. TP plans and
 the fused c_attn: tensor_parallel.py. DP: data_parallel.py. The step: engine.py.
@@ -12,8 +12,7 @@ the fused c_attn: tensor_parallel.py. DP: data_parallel.py. The step: engine.py.
 
 from __future__ import annotations
 
-import torch
-
+from harness.trainer.engine import compute_dtype
 from harness.trainer.parallel.schedules import ScheduleError, chunk_order_kind, select_schedule
 from harness.trainer.parallel.validate import ParallelPlan, ParallelSetupError, plan_parallel
 from harness.trainer.parallel.world import World, init_distributed, mesh_coordinates, mesh_rank
@@ -40,16 +39,15 @@ def validate_parallel(flags, config, layout, world_size: int) -> int:
     return plan_parallel(flags, config, layout, world_size).dp
 
 
-def build_parallel_engine(flags, checkpoint, layout, world: World):
+def build_parallel_engine(flags, plan: ParallelPlan, checkpoint, layout, world: World):
     """The ParallelEngine of this rank: its chunks built and loaded, TP applied, stages and the
-    schedule made. Validates again first (cheap, and the same on every rank)."""
+    schedule made, as `plan` (from plan_parallel, before anything was built) says."""
     from harness.trainer.parallel.engine import ParallelEngine
     from harness.trainer.parallel.pipeline import build_chunk, build_stages, chunk_specs
     from harness.trainer.parallel.schedules import build_schedule
 
     config = checkpoint.config
-    plan = plan_parallel(flags, config, layout, world.world_size)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[flags.dtype]
+    dtype = compute_dtype(flags.dtype)
     specs = chunk_specs(layout)
     n_chunks = len(specs)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from harness.trainer.engine import require_device
 from harness.trainer.flags import FlagError, TrainerFlags
 
 
@@ -85,9 +86,8 @@ def environment_world_size() -> int:
 
 
 def _device(flags: TrainerFlags) -> torch.device:
+    require_device(flags.device)
     if flags.device == "cuda":
-        if not torch.cuda.is_available():
-            raise FlagError("--device=cuda but torch sees no CUDA device")
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
