@@ -68,10 +68,7 @@ def run_process(argv: Sequence[str], env: Mapping[str, str], timeout_s: float,
         except subprocess.TimeoutExpired:
             timed_out = True
             returncode = None
-        except BaseException:  # KeyboardInterrupt: never leave ranks behind
-            _kill_group(pgid, process)
-            raise
-        finally:
+        finally:  # every way out, KeyboardInterrupt included: never leave ranks behind
             _kill_group(pgid, process)
     return ProcessResult(argv, returncode, timed_out, time.monotonic() - started, stdout, stderr)
 

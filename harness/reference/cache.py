@@ -32,10 +32,11 @@ class ReferenceError(RuntimeError):
 
 
 def file_sha256(path: str | os.PathLike, _cache: dict = {}) -> str:
-    """sha256 of a file's content, memoized on (path, size, mtime) within the process."""
-    path = Path(path)
-    stat = path.stat()
-    memo = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    """sha256 of a file's content, memoized within the process on the file's identity (device,
+    inode, size, mtime), which a rename keeps: a reference built in a scratch folder and renamed
+    into the cache is not hashed again when it is first reused."""
+    stat = Path(path).stat()
+    memo = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     if memo not in _cache:
         digest = hashlib.sha256()
         with open(path, "rb") as stream:
@@ -120,12 +121,12 @@ class ReferenceCache:
             marker = json.loads((path / MARKER).read_text())
             if marker.get("format") != MARKER_FORMAT or marker.get("key") != key:
                 return None
+            if "steps.jsonl" not in marker["files"]:
+                return None
             for rel, expected in marker["files"].items():
                 file = path / rel
                 if file.stat().st_size != expected["bytes"] or file_sha256(file) != expected["sha256"]:
                     return None
-            if "steps.jsonl" not in marker["files"]:
-                return None
             return marker
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None

@@ -13,7 +13,7 @@ Per case, under the session folder:
     record.py          the result record: start, layout, throughput
     planned_layout.py  the layout the flags ask for, before the run
     diagnosis.py       the failure text of a crashed, hung or differing run
-    steps_file.py      steps.jsonl read and written
+    steps_file.py      steps.jsonl written for a backend that only printed its steps
 """
 
 from .case_runner import CaseRunner, make_backend

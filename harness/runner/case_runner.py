@@ -19,13 +19,14 @@ from harness.launch import (
     free_port,
     run_process,
 )
+from harness.launch.backends import read_jsonl
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 
 from .diagnosis import crash_text, mismatch_text
 from .planned_layout import layout_from_flags, num_layers
 from .record import now, set_layout, start_record, throughput
 from .settings import Outcome, Settings
-from .steps_file import read_steps, write_steps
+from .steps_file import write_steps
 
 
 def make_backend(config: HarnessConfig):
@@ -156,7 +157,7 @@ class CaseRunner:
         t = time.time()
         lines = []
         ok = True
-        ref_steps = read_steps(reference.steps_file)
+        ref_steps = read_jsonl(reference.steps_file)
         record["reference_losses"] = [s.get("loss") for s in ref_steps]
         if case.compare.loss:
             loss = compare_losses(steps, ref_steps, case.tolerances.loss)

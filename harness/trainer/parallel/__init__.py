@@ -42,7 +42,7 @@ def validate_parallel(flags, config, layout, world_size: int) -> int:
 def build_parallel_engine(flags, plan: ParallelPlan, checkpoint, layout, world: World):
     """The ParallelEngine of this rank: its chunks built and loaded, TP applied, stages and the
     schedule made, as `plan` (from plan_parallel, before anything was built) says."""
-    from harness.trainer.parallel.engine import ParallelEngine
+    from harness.trainer.parallel.engine import ParallelEngine, tied_embedding
     from harness.trainer.parallel.pipeline import build_chunk, build_stages, chunk_specs
     from harness.trainer.parallel.schedules import build_schedule
 
@@ -72,7 +72,7 @@ def build_parallel_engine(flags, plan: ParallelPlan, checkpoint, layout, world: 
             apply = tpmod.apply_sequence_parallel if plan.sequence_parallel else tpmod.apply_tensor_parallel
             apply(module, config, world.mesh["tp"])
 
-    tied_group = _tied_embedding_group(world, specs) if plan.pp > 1 else None
+    tied_group = _tied_embedding_group(world, specs) if tied_embedding(config, plan) else None
     engine = ParallelEngine(world, plan, config, local, n_chunks, None, dtype, tied_group)
     if plan.pp > 1:
         stages = build_stages(local, n_chunks, world.device, world.group("pp"))
@@ -87,7 +87,6 @@ def _tied_embedding_group(world: World, specs):
     """For GPT-2's tied embedding: the process group of the two ranks (per dp, tp coordinate)
     holding the first and the last chunk, when those are different pipeline stages. Every rank
     creates every group (new_group is collective over the world), in the same order."""
-    from harness.trainer.models.configs import GPT2Config  # noqa: F401  (models must import)
     import torch.distributed as dist
 
     first, last = specs[0].stage, specs[-1].stage

@@ -58,7 +58,7 @@ class ParallelEngine:
         self.holds_first = any(spec.index == 0 for spec, _ in chunks)
         self.holds_last = any(spec.index == n_chunks - 1 for spec, _ in chunks)
         self.reports_loss = self.holds_last and world.dp_rank == 0 and world.tp_rank == 0
-        self.tied = _is_gpt2(config) and plan.pp > 1
+        self.tied = tied_embedding(config, plan)
         self.tied_group = tied_group
         self.loss_fn = cross_entropy
 
@@ -80,12 +80,11 @@ class ParallelEngine:
         if self.plan.sequence_parallel:
             from harness.trainer.parallel.tensor_parallel import sequence_parallel_parameters
 
-            grads = [
-                p.grad
-                for module in self.parts
-                for name, p in module.named_parameters()
-                if name in set(sequence_parallel_parameters(module)) and p.grad is not None
-            ]
+            grads = []
+            for module in self.parts:
+                names = set(sequence_parallel_parameters(module))
+                grads += [p.grad for name, p in module.named_parameters()
+                          if name in names and p.grad is not None]
             all_reduce_mean(grads, w.group("tp"), w.tp, average=False)
         if self.tied:
             self._reduce_tied_embedding()
@@ -167,7 +166,9 @@ class ParallelEngine:
         return iter(out)
 
 
-def _is_gpt2(config) -> bool:
+def tied_embedding(config, plan) -> bool:
+    """GPT-2's wte and lm head are one parameter; split over pipeline stages, their gradients
+    must be summed. LLaMA 3's head is untied."""
     from harness.trainer.models.configs import GPT2Config
 
-    return isinstance(config, GPT2Config)
+    return isinstance(config, GPT2Config) and plan.pp > 1
