@@ -7,10 +7,9 @@ import math
 import re
 from typing import Any
 
-from .schema import ARG_TYPES
+from harness.trainer.flags import DTYPES, OPTIMIZERS, SCHEDULES, TrainerFlags  # no torch
 
-DTYPES = ("float32", "bfloat16")
-OPTIMIZERS = ("sgd", "adamw")
+from .schema import ARG_TYPES
 
 # Flags the harness sets itself for every run; a case may not set them.
 HARNESS_OWNED = {
@@ -35,10 +34,10 @@ INFINITRAIN_ONLY = frozenset({
 })
 # Defaults of the hyper-parameters every case resolves (the trainer's own defaults).
 TRAINER_DEFAULTS = {
-    "dtype": "float32", "batch_size": 4, "sequence_length": 64, "num_iteration": 10,
-    "learning_rate": 1e-4, "weight_decay": 0.0, "optimizer": "sgd", "seed": 42,
-    "tensor_parallel": 1, "sequence_parallel": False, "pipeline_parallel": 1,
-    "virtual_pipeline_parallel": 1,
+    name: getattr(TrainerFlags(), name)
+    for name in ("dtype", "batch_size", "sequence_length", "num_iteration", "learning_rate",
+                 "weight_decay", "optimizer", "seed", "tensor_parallel", "sequence_parallel",
+                 "pipeline_parallel", "virtual_pipeline_parallel")
 }
 _INT_FLAGS = {n for n, t in ARG_TYPES.items() if "integer" in t["type"]}
 _NUM_FLAGS = {n for n, t in ARG_TYPES.items() if "number" in t["type"]}
@@ -78,8 +77,6 @@ def coerce(name: str, value: Any, fail) -> Any:
     if name == "optimizer" and value not in OPTIMIZERS:
         fail(f"{value!r} is not one of {', '.join(OPTIMIZERS)}")
     if name == "pipeline_schedule":
-        from harness.trainer.flags import SCHEDULES  # plain module, no torch
-
         if value not in SCHEDULES:
             fail(f"{value!r} is not one of {', '.join(SCHEDULES)}")
     if not isinstance(value, str):

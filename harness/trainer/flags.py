@@ -7,7 +7,7 @@ flag is accepted too (`--batch-size` for `--batch_size`).
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 MODELS = ("gpt2", "llama3")
@@ -57,9 +57,6 @@ class TrainerFlags:
     dump_gradients: str | None = None
     output_dir: str | None = None
     profile_layers: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @property
     def tokens_per_microbatch(self) -> int:

@@ -28,7 +28,8 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
-TIMING_FORMAT = "harness.layer_timing/1"
+from harness.layout.profile import RECORD_FORMAT
+
 
 
 def profile_path(path: str | Path, rank: int, world_size: int) -> Path:
@@ -162,7 +163,7 @@ class LayerProfiler:
         keys = sorted(set(self.forward_ms) | set(self.backward_ms), key=_order)
         records = [
             {
-                "format": TIMING_FORMAT,
+                "format": RECORD_FORMAT,
                 "step": step,
                 "layer": key,
                 "forward_ms": self.forward_ms.get(key, 0.0),

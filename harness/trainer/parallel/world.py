@@ -35,10 +35,6 @@ class World:
     device: torch.device
     mesh: object | None = field(default=None, repr=False)  # DeviceMesh over ("pp", "dp", "tp")
 
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
     def group(self, dim: str):
         """The process group of one mesh dimension ("pp", "dp" or "tp"); None without a mesh."""
         if self.mesh is None:
@@ -51,14 +47,6 @@ class World:
     @property
     def mesh_sizes(self) -> dict:
         return {"pp": self.pp, "dp": self.dp, "tp": self.tp}
-
-    def describe(self) -> dict:
-        return {
-            "world_size": self.world_size,
-            "mesh": {"pp": self.pp, "dp": self.dp, "tp": self.tp},
-            "rank_order": "tp fastest, then dp, then pp",
-            "device": str(self.device),
-        }
 
 
 def mesh_rank(pp_rank: int, dp_rank: int, tp_rank: int, dp: int, tp: int) -> int:
