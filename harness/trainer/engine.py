@@ -61,6 +61,21 @@ def autocast(device: torch.device, dtype: torch.dtype):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def accumulate_microbatches(model, inputs, targets, device, dtype, loss_fn) -> torch.Tensor:
+    """Forward and backward of every microbatch of (microbatches, B, T) inputs through one
+    model, leaving .grad as the gradient of the mean loss; returns that mean (float64)."""
+    microbatches = inputs.shape[0]
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for x, y in zip(inputs.to(device), targets.to(device)):
+        with autocast(device, dtype):
+            logits = model(x)
+        # Each microbatch's mean divided by their count: the step's mean over all tokens.
+        loss = loss_fn(logits, y) / microbatches
+        loss.backward()
+        total += loss.detach()
+    return total
+
+
 class SingleDeviceEngine:
     """The whole model on one device, with gradient accumulation over the step's microbatches."""
 
@@ -73,16 +88,11 @@ class SingleDeviceEngine:
         self.dtype = dtype
 
     def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
-        microbatches = inputs.shape[0]
-        total = torch.zeros((), dtype=torch.float64, device=self.device)
-        for x, y in zip(inputs.to(self.device), targets.to(self.device)):
-            with autocast(self.device, self.dtype):
-                logits = self.model(x)
-            # Each microbatch's mean divided by their count: the step's mean over all tokens.
-            loss = self.loss_fn(logits, y) / microbatches
-            loss.backward()
-            total += loss.detach()
-        return float(total)
+        return float(
+            accumulate_microbatches(
+                self.model, inputs, targets, self.device, self.dtype, self.loss_fn
+            )
+        )
 
     def gradients(self) -> Iterator[tuple[str, torch.Tensor]]:
         for name, parameter in self.model.named_parameters():

@@ -7,7 +7,7 @@ One step on every rank:
    per-microbatch mean cross-entropy and the schedule is built with scale_grads=True, so torch
    divides the summed gradients by the microbatch count after the last backward: the mean over
    this rank's microbatches, as SingleDeviceEngine's `loss / microbatches` accumulation gives.
-   With pp = 1 a plain local loop does the same;
+   With pp = 1 the single-device accumulation (engine.accumulate_microbatches) does it;
 3. GPT-2's tied embedding: the first chunk's `wte.weight` and the last chunk's `lm_head.weight`
    are separate Parameters (different pipeline stages) holding the same values; their gradients
    are summed (an all-reduce over the two ranks holding them, or locally when one rank holds
@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from harness.trainer.data import data_parallel_shard
-from harness.trainer.engine import autocast, cross_entropy
+from harness.trainer.engine import accumulate_microbatches, autocast, cross_entropy
 from harness.trainer.parallel.data_parallel import all_reduce_mean
 from harness.trainer.parallel.pipeline import ChunkSpec
 from harness.trainer.parallel.tensor_parallel import full_gradient
@@ -72,11 +72,11 @@ class ParallelEngine:
         w = self.world
         x = data_parallel_shard(inputs, w.dp_rank, w.dp)
         y = data_parallel_shard(targets, w.dp_rank, w.dp)
-        m = x.shape[0]
         if self.schedule is None:
-            total = self._local_step(x, y)
+            (model,) = self.parts
+            loss = accumulate_microbatches(model, x, y, self.device, self.dtype, self.loss_fn)
         else:
-            total = self._pipeline_step(x, y)
+            loss = self._pipeline_step(x, y)
         if self.plan.sequence_parallel:
             from harness.trainer.parallel.tensor_parallel import sequence_parallel_parameters
 
@@ -92,23 +92,10 @@ class ParallelEngine:
             all_reduce_mean(self._gradients_to_reduce(), w.group("dp"), w.dp)
         if not self.holds_last:
             return None
-        loss = total / m
         if w.dp > 1:
             dist.all_reduce(loss, group=w.group("dp"))
             loss = loss / w.dp
         return float(loss) if self.reports_loss else None
-
-    def _local_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        (model,) = self.parts
-        m = x.shape[0]
-        total = torch.zeros((), dtype=torch.float64, device=self.device)
-        for xb, yb in zip(x.to(self.device), y.to(self.device)):
-            with autocast(self.device, self.dtype):
-                logits = model(xb)
-            loss = self.loss_fn(logits, yb) / m
-            loss.backward()
-            total += loss.detach()
-        return total * m  # sum of the microbatch means
 
     def _pipeline_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         m, B, T = x.shape
@@ -122,7 +109,7 @@ class ParallelEngine:
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         for loss in losses:
             total += loss.detach().to(torch.float64)
-        return total
+        return total / m  # the mean of the microbatch means
 
     def _reduce_tied_embedding(self) -> None:
         wte = lm_head = None
