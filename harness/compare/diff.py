@@ -15,7 +15,7 @@ import numpy as np
 
 from harness.cases import Tolerance
 
-from .locate import _LAYER, Locator
+from .locate import Locator, layer_of
 
 
 def within(got: float, ref: float, tol: Tolerance) -> bool:
@@ -86,6 +86,7 @@ class ParameterDiff:
     worst_ref: float
     stage: str = "?"
     layer: str = "-"
+    stages: tuple[int, ...] = ()  # what `stage` says, as numbers (for the per-layer summary)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "elements": self.elements,
@@ -139,8 +140,8 @@ class GradientDiff:
         rows = []
         for layer in sorted(groups, key=_layer_rank):
             members = groups[layer]
-            stages = list(dict.fromkeys(d.stage.split(" (")[0] for d in members))
-            rows.append({"layer": layer, "stage": "+".join(stages),
+            stages = list(dict.fromkeys(str(s) for d in members for s in d.stages))
+            rows.append({"layer": layer, "stage": "+".join(stages) or "?",
                          "max_abs_diff": _json_float(max(d.max_abs_diff for d in members)),
                          "mismatched": sum(1 for d in members if d.mismatched),
                          "parameters": len(members)})
@@ -156,18 +157,7 @@ class GradientDiff:
                 "per_layer": self.per_layer(), "ok": self.ok}
 
 
-_NAMED_PARTS = (("wte.", "embedding"), ("wpe.", "embedding"), ("ln_f.", "final_norm"),
-                ("lm_head.", "head"))
 _PART_ORDER = {"embedding": 0, "final_norm": 2, "head": 3, "other": 4}
-
-
-def layer_of(name: str) -> int | str:
-    """A parameter's place (llm.c naming): its transformer layer index, or "embedding",
-    "final_norm", "head", "other"."""
-    match = _LAYER.match(name)
-    if match:
-        return int(match.group(1))
-    return next((part for prefix, part in _NAMED_PARTS if name.startswith(prefix)), "other")
 
 
 def _layer_rank(layer: int | str) -> tuple[int, int]:
@@ -201,6 +191,7 @@ def compare_gradients(got_dir: str | Path, ref_dir: str | Path, tol: Tolerance,
         parameter = _diff_arrays(name, got, ref, tol)
         if locator is not None:
             parameter.stage, parameter.layer = locator.locate(name)
+            parameter.stages = locator.stages(name)
         diff.diffs.append(parameter)
     return diff
 

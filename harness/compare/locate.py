@@ -29,24 +29,40 @@ class Locator:
                 chunks = ()
         return cls(chunks, tied_embedding=(model == "gpt2"))
 
+    def stages(self, name: str) -> tuple[int, ...]:
+        """The pipeline stages holding the parameter; () where the layout does not say."""
+        part = layer_of(name)
+        if isinstance(part, int):
+            return next(((stage,) for stage, start, end in self.chunks if start <= part < end), ())
+        if not self.chunks or part == "other":
+            return ()
+        first, last = self.chunks[0][0], self.chunks[-1][0]
+        if part == "embedding":
+            tied = name.startswith("wte.") and self.tied_embedding and first != last
+            return (first, last) if tied else (first,)
+        return (last,)  # final norm, lm head
+
     def locate(self, name: str) -> tuple[str, str]:
         """(stage, layer) as text; '?' where the layout is unknown, '-' for no layer."""
-        match = _LAYER.match(name)
-        if match:
-            layer = int(match.group(1))
-            for stage, start, end in self.chunks:
-                if start <= layer < end:
-                    return str(stage), str(layer)
-            return "?", str(layer)
-        if not self.chunks:
+        part, stages = layer_of(name), self.stages(name)
+        if isinstance(part, int):
+            return (str(stages[0]) if stages else "?"), str(part)
+        if not stages:
             return "?", "-"
-        first, last = self.chunks[0][0], self.chunks[-1][0]
-        if name.startswith(("wte.", "wpe.")):
-            if name.startswith("wte.") and self.tied_embedding and first != last:
-                return f"{first}+{last} (tied embedding / lm head)", "-"
-            return f"{first} (embedding)", "-"
-        if name.startswith("ln_f."):
-            return f"{last} (final norm)", "-"
-        if name.startswith("lm_head."):
-            return f"{last} (lm head)", "-"
-        return "?", "-"
+        if len(stages) == 2:
+            return f"{stages[0]}+{stages[1]} (tied embedding / lm head)", "-"
+        what = {"embedding": "embedding", "final_norm": "final norm", "head": "lm head"}[part]
+        return f"{stages[0]} ({what})", "-"
+
+
+_NAMED_PARTS = (("wte.", "embedding"), ("wpe.", "embedding"), ("ln_f.", "final_norm"),
+                ("lm_head.", "head"))
+
+
+def layer_of(name: str) -> int | str:
+    """A parameter's place (llm.c naming): its transformer layer index, or "embedding",
+    "final_norm", "head", "other"."""
+    match = _LAYER.match(name)
+    if match:
+        return int(match.group(1))
+    return next((part for prefix, part in _NAMED_PARTS if name.startswith(prefix)), "other")

@@ -78,14 +78,16 @@ def test_gradient_diff_locates_stage_and_layer(tmp_path):
 def test_per_layer_groups_and_orders_parameters():
     from harness.compare.diff import GradientDiff, ParameterDiff
 
-    def p(name, stage, diff, bad=0):
-        return ParameterDiff(name, (1,), 1, bad, 0, diff, 0.0, (0,), 0.0, 0.0, stage=stage)
+    def p(name, stage, stages, diff, bad=0):
+        return ParameterDiff(name, (1,), 1, bad, 0, diff, 0.0, (0,), 0.0, 0.0, stage=stage,
+                             stages=stages)
 
     grads = GradientDiff(TOL, diffs=[
-        p("lm_head.weight", "1 (lm head)", 0.1), p("h.10.mlp.c_fc.weight", "1", 0.2, 1),
-        p("h.2.attn.c_attn.weight", "0", 0.3), p("h.10.attn.c_proj.weight", "1", 0.4, 1),
-        p("ln_f.weight", "1 (final norm)", 0.0), p("wpe.weight", "0 (embedding)", 0.0),
-        p("odd.weight", "?", float("nan"))])
+        p("lm_head.weight", "1 (lm head)", (1,), 0.1),
+        p("h.10.mlp.c_fc.weight", "1", (1,), 0.2, 1), p("h.2.attn.c_attn.weight", "0", (0,), 0.3),
+        p("h.10.attn.c_proj.weight", "1", (1,), 0.4, 1),
+        p("ln_f.weight", "1 (final norm)", (1,), 0.0), p("wpe.weight", "0 (embedding)", (0,), 0.0),
+        p("odd.weight", "?", (), float("nan"))])
     rows = grads.per_layer()
     assert [(r["layer"], r["stage"]) for r in rows] == [
         ("embedding", "0"), (2, "0"), (10, "1"), ("final_norm", "1"), ("head", "1"),
