@@ -8,30 +8,30 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.spec.models import MODEL_SPECS, UnknownModelError, spec_for_config
 from harness.trainer.models.common import ModelPart
-from harness.trainer.models.configs import GPT2Config, LLaMA3Config
-from harness.trainer.models.gpt2 import GPT2
-from harness.trainer.models.llama3 import LLaMA3
 
 
 def build_model(
-    config: GPT2Config | LLaMA3Config,
+    config,
     layers: Iterable[int] | None = None,
     embedding: bool = True,
     final_norm: bool = True,
     lm_head: bool = True,
-) -> GPT2 | LLaMA3:
-    """The model (or part) for ``config``'s type; ``layers`` are global layer indices."""
-    if isinstance(config, GPT2Config):
-        cls = GPT2
-    elif isinstance(config, LLaMA3Config):
-        cls = LLaMA3
-    else:
+) -> ModelPart:
+    """The model (or part) of the registered family whose config ``config`` is (its
+    ``ModelSpec.builder``); ``layers`` are global layer indices."""
+    try:
+        spec = spec_for_config(config)
+    except UnknownModelError:
+        expected = " or ".join(s.config.__name__ for s in MODEL_SPECS.values())
         raise TypeError(
             f"build_model: unsupported config type {type(config).__name__}; "
-            "expected GPT2Config or LLaMA3Config"
-        )
-    return cls(config, layers=layers, embedding=embedding, final_norm=final_norm, lm_head=lm_head)
+            f"expected {expected}"
+        ) from None
+    return spec.build(
+        config, layers=layers, embedding=embedding, final_norm=final_norm, lm_head=lm_head
+    )
 
 
 def source_name(module: nn.Module, name: str) -> str:

@@ -245,3 +245,15 @@ class LLaMA3(ModelPart):
         """ModelPart's name-seeded init, and a fresh RoPE table."""
         super().init_weights(seed)
         self.init_buffers()
+
+
+def full_sequence_rope(attn: CausalSelfAttention, part: LLaMA3, tp: int) -> None:
+    """Sequence parallel (the ModelSpec's ``sp_hooks``): the part computed its RoPE table for
+    the T / tp tokens a rank holds, but the attention runs on the all-gathered sequence, so the
+    table is swapped for the full sequence's before the input is gathered."""
+
+    def full_rope(_module, args):
+        x, _rope = args
+        return x, part._rope_for(x.shape[1] * tp, x.device)
+
+    attn.register_forward_pre_hook(full_rope)

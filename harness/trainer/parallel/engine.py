@@ -8,11 +8,10 @@ One step on every rank:
    divides the summed gradients by the microbatch count after the last backward: the mean over
    this rank's microbatches, as SingleDeviceEngine's `loss / microbatches` accumulation gives.
    With pp = 1 the single-device accumulation (engine.accumulate_microbatches) does it;
-3. GPT-2's tied embedding: the first chunk's `wte.weight` and the last chunk's `lm_head.weight`
-   are separate Parameters (different pipeline stages) holding the same values; their gradients
-   are summed (an all-reduce over the two ranks holding them, or locally when one rank holds
-   both, as with V-shaped layouts) and both get the sum, so the optimizer keeps them identical;
-4. data parallel: the mean over the dp group (data_parallel.py);
+3. the post-backward reductions registered per parallelism (reductions.py), in order: the
+   sequence-parallel norms' gradients summed over tp; GPT-2's tied embedding (the first chunk's
+   `wte.weight` and the last chunk's `lm_head.weight`, separate Parameters on different
+   pipeline stages) summed over the two ranks holding them; the mean over the dp group;
 5. the loss: the mean over microbatches, averaged over dp, on the ranks of the last chunk; the
    reporting rank is (stage of the last chunk, dp 0, tp 0).
 """
@@ -27,8 +26,9 @@ from torch import nn
 
 from harness.trainer.data import data_parallel_shard
 from harness.trainer.engine import accumulate_microbatches, autocast, cross_entropy
-from harness.trainer.parallel.data_parallel import all_reduce_mean
+from harness.spec.models import spec_for_config
 from harness.trainer.parallel.pipeline import ChunkSpec
+from harness.trainer.parallel.reductions import post_backward_reductions
 from harness.trainer.parallel.tensor_parallel import full_gradient
 from harness.trainer.parallel.validate import ParallelPlan
 from harness.trainer.parallel.world import World
@@ -58,9 +58,11 @@ class ParallelEngine:
         self.holds_first = any(spec.index == 0 for spec, _ in chunks)
         self.holds_last = any(spec.index == n_chunks - 1 for spec, _ in chunks)
         self.reports_loss = self.holds_last and world.dp_rank == 0 and world.tp_rank == 0
+        self.spec = spec_for_config(config)
         self.tied = tied_embedding(config, plan)
         self.tied_group = tied_group
         self.loss_fn = cross_entropy
+        self.reductions = post_backward_reductions(self)
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The schedule's loss_fn: calls `self.loss_fn` at each call, so wrapping it later
@@ -77,19 +79,8 @@ class ParallelEngine:
             loss = accumulate_microbatches(model, x, y, self.device, self.dtype, self.loss_fn)
         else:
             loss = self._pipeline_step(x, y)
-        if self.plan.sequence_parallel:
-            from harness.trainer.parallel.tensor_parallel import sequence_parallel_parameters
-
-            grads = []
-            for module in self.parts:
-                names = set(sequence_parallel_parameters(module))
-                grads += [p.grad for name, p in module.named_parameters()
-                          if name in names and p.grad is not None]
-            all_reduce_mean(grads, w.group("tp"), w.tp, average=False)
-        if self.tied:
-            self._reduce_tied_embedding()
-        if w.dp > 1:
-            all_reduce_mean(self._gradients_to_reduce(), w.group("dp"), w.dp)
+        for reduction in self.reductions:  # reductions.py: SP norms, tied parameters, DP
+            reduction.run()
         if not self.holds_last:
             return None
         if w.dp > 1:
@@ -111,27 +102,6 @@ class ParallelEngine:
             total += loss.detach().to(torch.float64)
         return total / m  # the mean of the microbatch means
 
-    def _reduce_tied_embedding(self) -> None:
-        wte = lm_head = None
-        for _spec, module in self.chunks:
-            params = dict(module.named_parameters())
-            wte = params.get("wte.weight", wte)
-            lm_head = params.get("lm_head.weight", lm_head)
-        if wte is not None and lm_head is not None:  # one rank holds both ends
-            total = wte.grad + lm_head.grad
-            wte.grad.copy_(total)
-            lm_head.grad.copy_(total)
-            return
-        param = wte if wte is not None else lm_head
-        if param is None:
-            return
-        dist.all_reduce(param.grad, group=self.tied_group)
-
-    def _gradients_to_reduce(self) -> list[torch.Tensor]:
-        return [
-            p.grad for module in self.parts for p in module.parameters() if p.grad is not None
-        ]
-
     # -- the dump ------------------------------------------------------------------------------
     def gradients(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Gathers every TP-sharded gradient now (collectives over the TP group: call this on
@@ -140,12 +110,13 @@ class ParallelEngine:
         chunk's rank, its gradient already the sum of both uses."""
         w = self.world
         writes = w.dp_rank == 0 and w.tp_rank == 0
+        aliases = self.spec.tied_aliases() if self.tied else ()
         out = []
         for _spec, module in self.chunks:
             for name, p in module.named_parameters():
                 if p.grad is None:
                     continue
-                if self.tied and name == "lm_head.weight":
+                if name in aliases:
                     continue
                 g = full_gradient(name, p.grad, self.config, w.tp)
                 if writes:
@@ -154,8 +125,6 @@ class ParallelEngine:
 
 
 def tied_embedding(config, plan) -> bool:
-    """GPT-2's wte and lm head are one parameter; split over pipeline stages, their gradients
-    must be summed. LLaMA 3's head is untied."""
-    from harness.trainer.models.configs import GPT2Config
-
-    return isinstance(config, GPT2Config) and plan.pp > 1
+    """Whether the model's tied parameters (ModelSpec.tied_parameters: GPT-2's wte and lm
+    head) are split over pipeline stages, so their gradients must be summed."""
+    return bool(spec_for_config(config).tied_parameters) and plan.pp > 1

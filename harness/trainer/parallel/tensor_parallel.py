@@ -28,7 +28,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-C_ATTN_SUFFIXES = ("attn.c_attn.weight", "attn.c_attn.bias")
+from harness.spec.models import (
+    ParallelStyle,
+    load_object,
+    name_matches,
+    plan_lookup,
+    spec_for_config,
+)
 
 
 def qkv_shard_permutation(n_head: int, n_kv_head: int, head_dim: int, tp: int) -> torch.Tensor:
@@ -58,31 +64,79 @@ def head_counts(config) -> tuple[int, int, int]:
     return config.n_head, n_kv, config.n_embd // config.n_head
 
 
-def block_plan(block: nn.Module) -> dict:
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+def _torch_style(style: ParallelStyle):
+    """The DTensor style of a plan entry that parallelize_module applies (None for the
+    entries applied by hooks or after the backward)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+    )
 
-    plan = {"attn.c_attn": ColwiseParallel(), "attn.c_proj": RowwiseParallel()}
-    plan["mlp.c_fc"] = ColwiseParallel()
-    if hasattr(block.mlp, "c_fc2"):
-        plan["mlp.c_fc2"] = ColwiseParallel()
-    plan["mlp.c_proj"] = RowwiseParallel()
-    return plan
+    if style.kind in ("colwise", "colwise_qkv"):
+        return ColwiseParallel()
+    if style.kind == "rowwise":
+        return RowwiseParallel() if style.dim is None else RowwiseParallel(output_layouts=Shard(style.dim))
+    if style.kind == "gather_input":
+        extra = (None,) * (style.inputs - 1)
+        return PrepareModuleInput(
+            input_layouts=(Shard(1), *extra), desired_input_layouts=(Replicate(), *extra),
+            use_local_output=True,
+        )
+    return None
 
 
-@torch.no_grad()
-def apply_tensor_parallel(part: nn.Module, config, tp_mesh) -> None:
-    """Re-arrange each block's fused c_attn rows, then shard the block's linears over tp_mesh."""
+def apply_tensor_parallel(part: nn.Module, config, tp_mesh, sequence_parallel: bool = False) -> None:
+    """Shard a model part over ``tp_mesh`` by its ModelSpec's plan (with the SP entries when
+    ``sequence_parallel``): every module is looked up by name in the plan, so the model code
+    has no parallel code and the plan has no model code.
+
+    In order: the fused [q; k; v] rows of ``colwise_qkv`` modules are re-arranged for whole-head
+    shards; the sequence scatter / gather hooks and the spec's ``sp_hooks`` are registered; then
+    the DTensor styles are applied in one parallelize_module call.
+    """
     from torch.distributed.tensor.parallel import parallelize_module
 
-    tp = tp_mesh.size()
-    n_head, n_kv, hd = head_counts(config)
-    perm = qkv_shard_permutation(n_head, n_kv, hd, tp)
-    for block in getattr(part, "h", {}).values():
-        c_attn = block.attn.c_attn
-        c_attn.weight.copy_(c_attn.weight[perm])
-        if c_attn.bias is not None:
-            c_attn.bias.copy_(c_attn.bias[perm])
-        parallelize_module(block, tp_mesh, block_plan(block))
+    spec = spec_for_config(config)
+    plan = spec.parallel_plan(sequence_parallel)
+    size = tp_mesh.size()
+    group = tp_mesh.get_group() if sequence_parallel else None
+    rank = tp_mesh.get_local_rank() if sequence_parallel else 0
+    perm = None
+    hooks = {pattern: load_object(path) for pattern, path in spec.sp_hooks.items()} if sequence_parallel else {}
+    torch_plan = {}
+    for name, module in part.named_modules():
+        styles = plan_lookup(plan, name) if name else ()
+        for style in styles:
+            if style.kind == "colwise_qkv":
+                if perm is None:
+                    perm = qkv_shard_permutation(*head_counts(config), size)
+                with torch.no_grad():
+                    module.weight.copy_(module.weight[perm])
+                    if module.bias is not None:
+                        module.bias.copy_(module.bias[perm])
+            elif style.kind == "scatter_output":
+                module.register_forward_hook(_sequence_hook(_ScatterSequence, style.dim, group, rank, size))
+            elif style.kind == "gather_output":
+                module.register_forward_hook(_sequence_hook(_GatherSequence, style.dim, group, rank, size))
+        for pattern, hook in hooks.items():
+            if name and name_matches(pattern, name):
+                hook(module, part, size)
+        torch_styles = [t for t in map(_torch_style, styles) if t is not None]
+        if torch_styles:
+            (torch_plan[name],) = torch_styles
+    if torch_plan:
+        parallelize_module(part, tp_mesh, torch_plan)
+
+
+def apply_sequence_parallel(part: nn.Module, config, tp_mesh) -> None:
+    """TP with sequence parallelism: the same plan with its SP entries."""
+    apply_tensor_parallel(part, config, tp_mesh, sequence_parallel=True)
+
+
+def _sequence_hook(function, dim, group, rank, size):
+    return lambda _module, _args, out: function.apply(out, dim, group, rank, size)
 
 
 def full_gradient(name: str, grad: torch.Tensor, config, tp: int) -> torch.Tensor:
@@ -93,7 +147,8 @@ def full_gradient(name: str, grad: torch.Tensor, config, tp: int) -> torch.Tenso
 
     if isinstance(grad, DTensor):
         grad = grad.full_tensor()
-    if tp > 1 and name.endswith(C_ATTN_SUFFIXES):
+    module = name.rpartition(".")[0]
+    if tp > 1 and any(s.kind == "colwise_qkv" for s in spec_for_config(config).styles(module)):
         n_head, n_kv, hd = head_counts(config)
         grad = grad[inverse_permutation(qkv_shard_permutation(n_head, n_kv, hd, tp))]
     return grad
@@ -148,70 +203,11 @@ class _GatherSequence(torch.autograd.Function):
         return grad.chunk(ctx.size, dim=ctx.dim)[ctx.rank].contiguous(), None, None, None, None
 
 
-def sequence_parallel_parameters(part: nn.Module) -> list[str]:
-    """Names of the parameters whose gradient must be summed over the TP group under SP."""
-    return [name for name, _ in part.named_parameters() if ".ln_" in f".{name}"]
-
-
-def apply_sequence_parallel(part: nn.Module, config, tp_mesh) -> None:
-    """TP with sequence parallelism on a model part (instead of apply_tensor_parallel)."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        RowwiseParallel,
-        parallelize_module,
-    )
-
-    group, rank, size = tp_mesh.get_group(), tp_mesh.get_local_rank(), tp_mesh.size()
-
-    def scatter_hook(dim):
-        return lambda _m, _args, out: _ScatterSequence.apply(out, dim, group, rank, size)
-
-    if hasattr(part, "wte"):
-        part.wte.register_forward_hook(scatter_hook(1))
-    if hasattr(part, "wpe"):
-        part.wpe.register_forward_hook(scatter_hook(0))
-    if hasattr(part, "ln_f"):
-        part.ln_f.register_forward_hook(
-            lambda _m, _args, out: _GatherSequence.apply(out, 1, group, rank, size)
-        )
-
-    n_head, n_kv, hd = head_counts(config)
-    perm = qkv_shard_permutation(n_head, n_kv, hd, size)
-    llama = hasattr(part, "_rope_for")
-    for block in getattr(part, "h", {}).values():
-        with torch.no_grad():
-            c_attn = block.attn.c_attn
-            c_attn.weight.copy_(c_attn.weight[perm])
-            if c_attn.bias is not None:
-                c_attn.bias.copy_(c_attn.bias[perm])
-        if llama:
-            def full_rope(_m, args, _part=part):
-                x, _rope = args
-                return x, _part._rope_for(x.shape[1] * size, x.device)
-
-            block.attn.register_forward_pre_hook(full_rope)
-            attn_in = PrepareModuleInput(
-                input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None),
-                use_local_output=True,
-            )
-        else:
-            attn_in = PrepareModuleInput(
-                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
-                use_local_output=True,
-            )
-        plan = {
-            "attn": attn_in,
-            "attn.c_attn": ColwiseParallel(),
-            "attn.c_proj": RowwiseParallel(output_layouts=Shard(1)),
-            "mlp": PrepareModuleInput(
-                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
-                use_local_output=True,
-            ),
-            "mlp.c_fc": ColwiseParallel(),
-            "mlp.c_proj": RowwiseParallel(output_layouts=Shard(1)),
-        }
-        if hasattr(block.mlp, "c_fc2"):
-            plan["mlp.c_fc2"] = ColwiseParallel()
-        parallelize_module(block, tp_mesh, plan)
+def sequence_parallel_parameters(part: nn.Module, config) -> list[str]:
+    """Names of the parameters whose gradient must be summed over the TP group under SP: those
+    of the modules the plan marks ``sequence_norm`` (they saw only this rank's tokens)."""
+    spec = spec_for_config(config)
+    return [
+        name for name, _ in part.named_parameters()
+        if any(s.kind == "sequence_norm" for s in spec.styles(name.rpartition(".")[0], True))
+    ]

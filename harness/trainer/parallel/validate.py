@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from harness.trainer.flags import FlagError, TrainerFlags, check_batch_arithmetic
 from harness.trainer.parallel.schedules import ScheduleError, select_schedule
-from harness.trainer.parallel.world import mesh_shape
+from harness.trainer.parallel.world import MESH_DIMS, mesh_sizes
 
 
 class ParallelSetupError(FlagError):
@@ -28,6 +28,11 @@ class ParallelPlan:
     kind: str | None  # chunk-order kind (schedules.py) when pp > 1
     schedule: str | None  # pipeline schedule name when pp > 1
     sequence_parallel: bool
+
+    @property
+    def sizes(self) -> dict:
+        """The mesh sizes by dim name, in MESH_DIMS order."""
+        return {dim: getattr(self, dim) for dim in MESH_DIMS}
 
 
 def check_tensor_parallel(config, tp: int, sequence_parallel: bool, sequence_length: int) -> None:
@@ -57,7 +62,8 @@ def check_tensor_parallel(config, tp: int, sequence_parallel: bool, sequence_len
 
 def plan_parallel(flags: TrainerFlags, config, layout, world_size: int) -> ParallelPlan:
     """The plan of a run, or ParallelSetupError / FlagError with one clear line."""
-    pp, dp, tp = mesh_shape(world_size, flags)
+    sizes = mesh_sizes(world_size, flags)
+    pp, dp, tp = sizes["pp"], sizes["dp"], sizes["tp"]
     if layout.pp != pp:
         raise ParallelSetupError(
             f"the layout has {layout.pp} stages but --pipeline_parallel is {pp}"

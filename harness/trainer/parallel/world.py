@@ -5,13 +5,15 @@ Rank order (Megatron's): tensor parallel fastest, then data parallel, then pipel
     global_rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
 
 so the ranks of one TP group are neighbours (one node, fast links), a DP group strides by tp and
-a pipeline group by dp * tp. The DeviceMesh has dims ("pp", "dp", "tp") in that order.
+a pipeline group by dp * tp. The DeviceMesh has the dims MESH_DIMS = ("pp", "dp", "tp") in that
+order; everything here (World, the rank arithmetic, the mesh) is written over that tuple.
 
 gloo on CPU, NCCL on CUDA (the CUDA device is LOCAL_RANK).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -22,51 +24,101 @@ from harness.trainer.engine import require_device
 from harness.trainer.flags import FlagError, TrainerFlags
 
 
+MESH_DIMS: tuple[str, ...] = ("pp", "dp", "tp")
+"""The mesh's named dimensions, outermost first: the last is the fastest-varying in rank order.
+A new parallelism adds its name here (and its flag in DIM_FLAGS); World, the rank arithmetic,
+the DeviceMesh and the process groups follow."""
+
+DIM_FLAGS: dict[str, str] = {"tp": "tensor_parallel", "pp": "pipeline_parallel"}
+"""The flag that sets each dimension's size; "dp" takes what the world size leaves."""
+
+REMAINDER_DIM = "dp"
+
+
 @dataclass
 class World:
     rank: int
-    world_size: int
-    pp: int
-    dp: int
-    tp: int
-    pp_rank: int
-    dp_rank: int
-    tp_rank: int
+    sizes: dict  # dim -> size, in MESH_DIMS order
+    coordinates: dict  # dim -> this rank's index along it
     device: torch.device
-    mesh: object | None = field(default=None, repr=False)  # DeviceMesh over ("pp", "dp", "tp")
+    mesh: object | None = field(default=None, repr=False)  # DeviceMesh over MESH_DIMS
+
+    @property
+    def world_size(self) -> int:
+        return math.prod(self.sizes.values())
+
+    def __getattr__(self, name: str):
+        # world.tp is the size of "tp", world.tp_rank this rank's coordinate along it
+        sizes = self.__dict__.get("sizes", {})
+        if name in sizes:
+            return sizes[name]
+        if name.endswith("_rank") and name[: -len("_rank")] in sizes:
+            return self.__dict__["coordinates"][name[: -len("_rank")]]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def group(self, dim: str):
-        """The process group of one mesh dimension ("pp", "dp" or "tp"); None without a mesh."""
+        """The process group of one mesh dimension (MESH_DIMS); None without a mesh."""
         if self.mesh is None:
             return None
         return self.mesh[dim].get_group()
 
     def global_rank(self, pp_rank: int, dp_rank: int, tp_rank: int) -> int:
-        return mesh_rank(pp_rank, dp_rank, tp_rank, self.dp, self.tp)
+        return rank_of({"pp": pp_rank, "dp": dp_rank, "tp": tp_rank}, self.sizes)
+
+    def rank_at(self, **coordinates: int) -> int:
+        """The global rank at this rank's coordinates, with the given ones replaced."""
+        return rank_of({**self.coordinates, **coordinates}, self.sizes)
 
     @property
     def mesh_sizes(self) -> dict:
-        return {"pp": self.pp, "dp": self.dp, "tp": self.tp}
+        return dict(self.sizes)
+
+
+def rank_of(coordinates: dict, sizes: dict) -> int:
+    """The global rank of mesh coordinates (dims in MESH_DIMS order, the last fastest)."""
+    rank = coordinates[MESH_DIMS[0]]
+    for dim in MESH_DIMS[1:]:
+        rank = rank * sizes[dim] + coordinates[dim]
+    return rank
+
+
+def coordinates_of(rank: int, sizes: dict) -> dict:
+    """The mesh coordinates (dim -> index) of a global rank."""
+    out = {}
+    for dim in reversed(MESH_DIMS[1:]):
+        rank, out[dim] = divmod(rank, sizes[dim])
+    out[MESH_DIMS[0]] = rank  # the outermost dim takes what is left
+    return {dim: out[dim] for dim in MESH_DIMS}
 
 
 def mesh_rank(pp_rank: int, dp_rank: int, tp_rank: int, dp: int, tp: int) -> int:
-    return (pp_rank * dp + dp_rank) * tp + tp_rank
+    return rank_of({"pp": pp_rank, "dp": dp_rank, "tp": tp_rank}, {"dp": dp, "tp": tp})
 
 
 def mesh_coordinates(rank: int, dp: int, tp: int) -> tuple[int, int, int]:
     """(pp_rank, dp_rank, tp_rank) of a global rank."""
-    return rank // (dp * tp), (rank // tp) % dp, rank % tp
+    c = coordinates_of(rank, {"dp": dp, "tp": tp})
+    return c["pp"], c["dp"], c["tp"]
 
 
-def mesh_shape(world_size: int, flags: TrainerFlags) -> tuple[int, int, int]:
-    """(pp, dp, tp) for a world size, or FlagError when tp * pp does not divide it."""
-    tp, pp = flags.tensor_parallel, flags.pipeline_parallel
-    if world_size % (tp * pp):
+def mesh_sizes(world_size: int, flags: TrainerFlags) -> dict:
+    """dim -> size for a world size (MESH_DIMS order), or FlagError when the flag-set sizes
+    do not divide it."""
+    fixed = {dim: int(getattr(flags, flag)) for dim, flag in DIM_FLAGS.items()}
+    product = math.prod(fixed.values())
+    if world_size % product:
+        names = " * ".join(f"--{DIM_FLAGS[d]}" for d in fixed)
+        values = " * ".join(str(v) for v in fixed.values())
         raise FlagError(
-            f"world size {world_size} is not divisible by --tensor_parallel * "
-            f"--pipeline_parallel = {tp} * {pp} = {tp * pp}"
+            f"world size {world_size} is not divisible by {names} = {values} = {product}"
         )
-    return pp, world_size // (tp * pp), tp
+    sizes = {**fixed, REMAINDER_DIM: world_size // product}
+    return {dim: sizes[dim] for dim in MESH_DIMS}
+
+
+def mesh_shape(world_size: int, flags: TrainerFlags) -> tuple[int, ...]:
+    """The mesh sizes as a tuple in MESH_DIMS order: (pp, dp, tp)."""
+    return tuple(mesh_sizes(world_size, flags).values())
 
 
 def environment_world_size() -> int:
@@ -89,10 +141,10 @@ def init_distributed(flags: TrainerFlags) -> World:
     refuses the same way and none waits for another. With one process no process group is made.
     """
     world_size = environment_world_size()
-    pp, dp, tp = mesh_shape(world_size, flags)
+    sizes = mesh_sizes(world_size, flags)
     device = _device(flags)
     if world_size == 1:
-        return World(0, 1, pp, dp, tp, 0, 0, 0, device, None)
+        return World(0, sizes, {dim: 0 for dim in MESH_DIMS}, device, None)
     if not dist.is_initialized():
         backend = "nccl" if flags.device == "cuda" else "gloo"
         kwargs = {"device_id": device} if flags.device == "cuda" else {}
@@ -100,10 +152,10 @@ def init_distributed(flags: TrainerFlags) -> World:
     rank = dist.get_rank()
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh(device.type, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
-    pp_rank, dp_rank, tp_rank = mesh_coordinates(rank, dp, tp)
-    assert tuple(mesh.get_coordinate()) == (pp_rank, dp_rank, tp_rank), (
+    mesh = init_device_mesh(device.type, tuple(sizes.values()), mesh_dim_names=MESH_DIMS)
+    coordinates = coordinates_of(rank, sizes)
+    assert tuple(mesh.get_coordinate()) == tuple(coordinates.values()), (
         mesh.get_coordinate(),
-        (pp_rank, dp_rank, tp_rank),
+        coordinates,
     )
-    return World(rank, world_size, pp, dp, tp, pp_rank, dp_rank, tp_rank, device, mesh)
+    return World(rank, sizes, coordinates, device, mesh)

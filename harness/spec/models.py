@@ -1,0 +1,419 @@
+"""The model registry: one ``ModelSpec`` per model family, and nothing that imports torch.
+
+A spec is everything the rest of the code needs to know about a family, as data:
+
+- its config dataclass (the llm.c header's hyper-parameters; defined here, torch-free);
+- its torch module, as an import path resolved only when a model is built;
+- its llm.c file formats: checkpoint magic and tensor order, token-file magic / version / dtype;
+- its tensor-parallel plan, keyed by module-name pattern (``h.*.attn.c_attn``, ``*`` = one name
+  part, the layer index), and the sequence-parallel entries that make SP a variant of that plan;
+- its tied parameters (GPT-2: ``wte.weight`` is also the head, ``lm_head.weight`` on a part
+  without the embedding), and the name -> global layer rule the comparison's locator uses;
+- the sizes of its synthetic assets per preset.
+
+Adding a family: a model file under harness/trainer/models/ and one ``register_model(ModelSpec(...))``
+here (docs/design.md, "Adding a model family").
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+# ------------------------------------------------------------------------------- configs
+
+
+def _require_positive(owner: str, **fields: int) -> None:
+    for name, value in fields.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{owner}.{name} is {value!r}; expected a positive integer")
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    block_size: int
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    padded_vocab_size: int
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "GPT2Config",
+            block_size=self.block_size,
+            vocab_size=self.vocab_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+            padded_vocab_size=self.padded_vocab_size,
+        )
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"GPT2Config.n_embd={self.n_embd} is not divisible by n_head={self.n_head}"
+            )
+        if self.padded_vocab_size < self.vocab_size:
+            raise ValueError(
+                f"GPT2Config.padded_vocab_size={self.padded_vocab_size} is smaller than "
+                f"vocab_size={self.vocab_size}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+@dataclass(frozen=True)
+class LLaMA3Config:
+    block_size: int
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    n_embd: int
+    ffn_dim_multiplier: float = 1.3
+    multiple_of: int = 1024
+    norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    use_scaled_rope: bool = True
+    max_gen_batch_size: int = 4
+    version_major: int = 3
+    version_minor: int = 1
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "LLaMA3Config",
+            block_size=self.block_size,
+            vocab_size=self.vocab_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_kv_head=self.n_kv_head,
+            n_embd=self.n_embd,
+            multiple_of=self.multiple_of,
+        )
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"LLaMA3Config.n_embd={self.n_embd} is not divisible by n_head={self.n_head}"
+            )
+        if self.n_head % self.n_kv_head:
+            raise ValueError(
+                f"LLaMA3Config.n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}"
+            )
+        if not self.norm_eps > 0:
+            raise ValueError(f"LLaMA3Config.norm_eps is {self.norm_eps!r}; expected > 0")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def ffn_dim(self) -> int:
+        """Hidden size of the SwiGLU MLP, as Meta's and llm.c's code derive it."""
+        hidden = int(2 * 4 * self.n_embd / 3)
+        hidden = int(self.ffn_dim_multiplier * hidden)
+        return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
+
+
+# ------------------------------------------------------------------------------- parallel styles
+
+
+@dataclass(frozen=True)
+class ParallelStyle:
+    """How one module is treated by tensor / sequence parallelism (harness.trainer.parallel
+    turns these into DTensor styles and hooks).
+
+    kind:
+      ``colwise``      Linear sharded by output rows (ColwiseParallel);
+      ``colwise_qkv``  the same, for a fused [q; k; v] Linear whose rows are first re-ordered so
+                       shard r holds [q_r; k_r; v_r] (whole heads, GQA-aware);
+      ``rowwise``      Linear sharded by input columns (RowwiseParallel); with ``dim`` set, its
+                       output is reduce-scattered along that (sequence) dimension instead of
+                       all-reduced (sequence parallel);
+      ``gather_input`` the module's first input arrives split along the sequence and is
+                       all-gathered (``inputs``: how many positional inputs it takes);
+      ``scatter_output`` the module's output is split along ``dim`` (the sequence);
+      ``gather_output``  the module's output is all-gathered along ``dim``;
+      ``sequence_norm``  the module runs on this rank's tokens only: its parameters' gradients
+                       are summed over the TP group after the backward.
+    """
+
+    kind: str
+    dim: int | None = None
+    inputs: int = 1
+
+
+COLWISE = ParallelStyle("colwise")
+COLWISE_QKV = ParallelStyle("colwise_qkv")
+ROWWISE = ParallelStyle("rowwise")
+ROWWISE_TO_SEQUENCE = ParallelStyle("rowwise", dim=1)
+GATHER_INPUT = ParallelStyle("gather_input")
+SCATTER_SEQUENCE = ParallelStyle("scatter_output", dim=1)
+GATHER_SEQUENCE = ParallelStyle("gather_output", dim=1)
+SEQUENCE_NORM = ParallelStyle("sequence_norm")
+
+Plan = Mapping[str, "ParallelStyle | tuple[ParallelStyle, ...]"]
+
+
+def _pattern(key: str) -> re.Pattern:
+    return re.compile("^" + r"\.".join("[^.]+" if p == "*" else re.escape(p)
+                                       for p in key.split(".")) + "$")
+
+
+def name_matches(pattern: str, module_name: str) -> bool:
+    """Whether a plan key matches a module name (``*`` = exactly one name part)."""
+    return bool(_pattern(pattern).match(module_name))
+
+
+def plan_lookup(plan: Plan, module_name: str) -> tuple[ParallelStyle, ...]:
+    """The styles ``plan`` gives the module named ``module_name`` (``()`` when none).
+    Keys are dotted names where ``*`` stands for exactly one name part: ``h.*.attn.c_attn``
+    matches ``h.3.attn.c_attn``, not ``h.3.attn`` or ``h.3.attn.c_attn.x``."""
+    out: list[ParallelStyle] = []
+    for key, value in plan.items():
+        if name_matches(key, module_name):
+            out.extend(value if isinstance(value, tuple) else (value,))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------- llm.c layouts
+
+Layout = list  # [(name, per-layer shape, stacked over layers?), ...] in file order
+
+
+def _gpt2_tensor_layout(config: GPT2Config) -> Layout:
+    C = config.n_embd
+    per_layer = [
+        ("ln_1.weight", (C,)), ("ln_1.bias", (C,)),
+        ("attn.c_attn.weight", (3 * C, C)), ("attn.c_attn.bias", (3 * C,)),
+        ("attn.c_proj.weight", (C, C)), ("attn.c_proj.bias", (C,)),
+        ("ln_2.weight", (C,)), ("ln_2.bias", (C,)),
+        ("mlp.c_fc.weight", (4 * C, C)), ("mlp.c_fc.bias", (4 * C,)),
+        ("mlp.c_proj.weight", (C, 4 * C)), ("mlp.c_proj.bias", (C,)),
+    ]
+    head = [("wte.weight", (config.padded_vocab_size, C), False),
+            ("wpe.weight", (config.block_size, C), False)]
+    tail = [("ln_f.weight", (C,), False), ("ln_f.bias", (C,), False)]
+    return head + [(name, shape, True) for name, shape in per_layer] + tail
+
+
+def _llama3_tensor_layout(config: LLaMA3Config) -> Layout:
+    C = config.n_embd
+    qkv = C + 2 * config.n_kv_head * config.head_dim
+    ffn = config.ffn_dim
+    per_layer = [
+        ("ln_1.weight", (C,)),
+        ("attn.c_attn.weight", (qkv, C)),
+        ("attn.c_proj.weight", (C, C)),
+        ("ln_2.weight", (C,)),
+        ("mlp.c_fc.weight", (ffn, C)),
+        ("mlp.c_fc2.weight", (ffn, C)),
+        ("mlp.c_proj.weight", (C, ffn)),
+    ]
+    head = [("wte.weight", (config.vocab_size, C), False)]
+    tail = [("ln_f.weight", (C,), False), ("lm_head.weight", (config.vocab_size, C), False)]
+    return head + [(name, shape, True) for name, shape in per_layer] + tail
+
+
+# ------------------------------------------------------------------------------- the spec
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # the --model value and the file-name prefix: "gpt2"
+    title: str  # for people: "GPT-2"
+    config: type  # the config dataclass (the llm.c header's fields)
+    builder: str  # "module:Class" of the torch module, imported on first build
+    # llm.c files
+    checkpoint_magic: int
+    tensor_layout: Callable[[object], Layout]  # file order of the checkpoint's tensors
+    token_magic: int
+    token_version: int
+    token_dtype: str  # little-endian numpy dtype of one token
+    token_max_id: int
+    # parallelism, by module-name pattern
+    tp_plan: Plan
+    sp_plan: Plan = field(default_factory=dict)  # added to / overriding tp_plan under SP
+    sp_hooks: Mapping[str, str] = field(default_factory=dict)  # pattern -> "module:function"
+    tied_parameters: tuple[tuple[str, str], ...] = ()  # (kept name, alias on another stage)
+    # the name -> place rule (compare.locate); layers are ``h.{i}.``
+    layer_pattern: str = r"^h\.(\d+)\."
+    embedding: tuple[str, ...] = ("wte.",)
+    final_norm: tuple[str, ...] = ("ln_f.",)
+    head: tuple[str, ...] = ("lm_head.",)
+    # synthetic assets (harness.assets): the seed stream of its weights, its size per preset
+    asset_stream: int = 0
+    asset_configs: Mapping[str, object] = field(default_factory=dict)
+
+    def build(self, config, **kwargs):
+        """The torch module (or part) for ``config``; imports the builder (and torch) now."""
+        return load_object(self.builder)(config, **kwargs)
+
+    def parallel_plan(self, sequence_parallel: bool = False) -> dict:
+        """The TP plan, or with ``sequence_parallel`` the same plan with the SP entries."""
+        return {**self.tp_plan, **self.sp_plan} if sequence_parallel else dict(self.tp_plan)
+
+    def styles(self, module_name: str, sequence_parallel: bool = False) -> tuple[ParallelStyle, ...]:
+        return plan_lookup(self.parallel_plan(sequence_parallel), module_name)
+
+    def tied_aliases(self) -> tuple[str, ...]:
+        """Names that stand for another parameter (reported under that one's name)."""
+        return tuple(alias for _kept, alias in self.tied_parameters)
+
+    def place(self, name: str) -> int | str:
+        """A parameter's place: its global transformer layer, or "embedding", "final_norm",
+        "head", "other"."""
+        match = re.match(self.layer_pattern, name)
+        if match:
+            return int(match.group(1))
+        for part, prefixes in (("embedding", self.embedding), ("final_norm", self.final_norm),
+                               ("head", self.head)):
+            if name.startswith(prefixes):
+                return part
+        return "other"
+
+
+def load_object(path: str):
+    """``"package.module:attribute"`` -> the attribute (imports the module)."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+# ------------------------------------------------------------------------------- the registry
+
+MODEL_SPECS: dict[str, ModelSpec] = {}
+
+
+class UnknownModelError(ValueError):
+    """A model name or config type that no registered ModelSpec has."""
+
+
+def register_model(spec: ModelSpec) -> ModelSpec:
+    """Add ``spec`` to MODEL_SPECS; a second, different spec under a known name is refused."""
+    known = MODEL_SPECS.get(spec.name)
+    if known is not None and known != spec:
+        raise ValueError(f"model {spec.name!r} is already registered (as {known.title})")
+    for other in MODEL_SPECS.values():
+        if other.name != spec.name and other.config is spec.config:
+            raise ValueError(f"model {spec.name!r}: config {spec.config.__name__} is already "
+                             f"model {other.name!r}'s")
+    MODEL_SPECS[spec.name] = spec
+    return spec
+
+
+def _known() -> str:
+    return ", ".join(MODEL_SPECS) or "none"
+
+
+def get_model_spec(name: str) -> ModelSpec:
+    try:
+        return MODEL_SPECS[name]
+    except (KeyError, TypeError):
+        raise UnknownModelError(f"unknown model {name!r}; known models: {_known()}") from None
+
+
+def spec_for_config(config) -> ModelSpec:
+    """The spec whose config type ``config`` is."""
+    for spec in MODEL_SPECS.values():
+        if type(config) is spec.config:
+            return spec
+    types = ", ".join(s.config.__name__ for s in MODEL_SPECS.values())
+    raise UnknownModelError(f"no registered model has config type {type(config).__name__}; "
+                            f"known: {types} (models: {_known()})")
+
+
+def model_names() -> tuple[str, ...]:
+    return tuple(MODEL_SPECS)
+
+
+def layer_of(name: str, model: str | None = None) -> int | str:
+    """A parameter's place by ``model``'s rule, or by the first registered rule that places
+    it when the model is not given (the families share llm.c's naming)."""
+    if model is not None and model in MODEL_SPECS:
+        return MODEL_SPECS[model].place(name)
+    for spec in MODEL_SPECS.values():
+        part = spec.place(name)
+        if part != "other":
+            return part
+    return "other"
+
+
+# ------------------------------------------------------------------------------- the families
+
+_BLOCK_TP = {
+    "h.*.attn.c_attn": COLWISE_QKV,
+    "h.*.attn.c_proj": ROWWISE,
+    "h.*.mlp.c_fc": COLWISE,
+    "h.*.mlp.c_proj": ROWWISE,
+}
+# Sequence parallel: activations between the TP regions are split along the sequence.
+_BLOCK_SP = {
+    "h.*.ln_1": SEQUENCE_NORM,
+    "h.*.attn": GATHER_INPUT,
+    "h.*.attn.c_proj": ROWWISE_TO_SEQUENCE,
+    "h.*.ln_2": SEQUENCE_NORM,
+    "h.*.mlp": GATHER_INPUT,
+    "h.*.mlp.c_proj": ROWWISE_TO_SEQUENCE,
+    "wte": SCATTER_SEQUENCE,
+    "ln_f": (SEQUENCE_NORM, GATHER_SEQUENCE),
+}
+_LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}  # llm.c: the same for every family
+
+
+def _llama3_sizes(n_layer, n_embd, n_head, n_kv_head, block_size, vocab_size, multiple_of):
+    return LLaMA3Config(
+        block_size=block_size, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head,
+        n_kv_head=n_kv_head, n_embd=n_embd, ffn_dim_multiplier=1.0, multiple_of=multiple_of,
+        norm_eps=1e-5, rope_theta=10000.0, use_scaled_rope=True,
+    )
+
+
+GPT2_SPEC = register_model(ModelSpec(
+    name="gpt2",
+    title="GPT-2",
+    config=GPT2Config,
+    builder="harness.trainer.models.gpt2:GPT2",
+    checkpoint_magic=20240326,
+    tensor_layout=_gpt2_tensor_layout,
+    token_magic=20240520, token_version=1, token_dtype="<u2", token_max_id=2**16 - 1,
+    tp_plan=_BLOCK_TP,
+    sp_plan={**_BLOCK_SP, "wpe": ParallelStyle("scatter_output", dim=0)},  # wpe gives (T, C)
+    tied_parameters=(("wte.weight", "lm_head.weight"),),
+    embedding=("wte.", "wpe."),
+    asset_stream=1,
+    asset_configs={
+        # 8 layers so pipeline layouts such as 4,4 / 2,6 / 4 stages / vpp 2 have room; the
+        # vocabulary is padded 256 -> 320 so the padded rows are exercised.
+        "tiny": GPT2Config(block_size=64, vocab_size=256, n_layer=8, n_head=4, n_embd=32,
+                           padded_vocab_size=320),
+        "small": GPT2Config(block_size=256, vocab_size=1000, n_layer=12, n_head=8, n_embd=128,
+                            padded_vocab_size=1024),
+        # pads 8000 -> 8064 like llm.c (multiple of 128)
+        "bench": GPT2Config(block_size=256, vocab_size=8000, n_layer=8, n_head=8, n_embd=256,
+                            padded_vocab_size=8064),
+    },
+))
+
+LLAMA3_SPEC = register_model(ModelSpec(
+    name="llama3",
+    title="LLaMA 3",
+    config=LLaMA3Config,
+    builder="harness.trainer.models.llama3:LLaMA3",
+    checkpoint_magic=20240803,
+    tensor_layout=_llama3_tensor_layout,
+    # InfiniTrain loads them as int32: the same bytes while ids stay below 2**31
+    token_magic=20240801, token_version=7, token_dtype="<u4", token_max_id=2**31 - 1,
+    tp_plan={**_BLOCK_TP, "h.*.mlp.c_fc2": COLWISE},  # c_fc2: the SwiGLU gate
+    # the attention also takes the RoPE table: swapped for the full sequence's under SP
+    sp_plan={**_BLOCK_SP, "h.*.attn": ParallelStyle("gather_input", inputs=2)},
+    sp_hooks={"h.*.attn": "harness.trainer.models.llama3:full_sequence_rope"},
+    asset_stream=2,
+    asset_configs={
+        "tiny": _llama3_sizes(8, 32, 4, 2, 64, 256, multiple_of=32),  # ffn 96
+        "small": _llama3_sizes(12, 128, 8, 4, 256, 1024, multiple_of=64),  # ffn 384
+        "bench": _llama3_sizes(8, 256, 8, 4, 256, 8192, multiple_of=256),  # ffn 768
+    },
+))
+
+CHECKPOINT_VERSIONS = _LLMC_VERSIONS
