@@ -1,5 +1,11 @@
 """The diff of a run against its single-device reference: the loss of every step and every
-parameter's gradient file, element-wise `|got - ref| <= atol + rtol * |ref|`.
+parameter's gradient file, element-wise `|got - ref| <= atol + rtol * |ref|` (InfiniTrain's
+check, kept for compatibility) and scale-free (`verdict.py`: per parameter
+`||got - ref|| / ||ref||`, per step `|got - ref| / max(|loss|, 1)`); a comparison passes when both
+do (the scale-free one only where a threshold is given).
+
+Each gradient file is read once, in blocks that stay in cache, and every statistic of both
+verdicts is computed in that one pass (`fastdiff.py`).
 
 Non-finite values in the run are mismatches (NaN never compares equal); missing and extra
 gradient names and shape changes are failures of their own. Plain numpy, no torch.
@@ -10,12 +16,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from harness.cases import Tolerance
+if TYPE_CHECKING:  # any object with atol / rtol does; importing the config package is not needed
+    from harness.cases import Tolerance
 
+from .fastdiff import FileStats, ShapeError, UnreadableError, diff_files, exact_stats
 from .locate import Locator, layer_of
+from .verdict import loss_relative_error, margin, passes, relative_error
 
 
 def within(got: float, ref: float, tol: Tolerance) -> bool:
@@ -33,10 +43,30 @@ class LossDiff:
     extra: list[int] = field(default_factory=list)
     max_abs_diff: float = 0.0
     first: tuple[int, float, float] | None = None  # (step, got, ref) of the first mismatch
+    relative_threshold: float | None = None  # the scale-free verdict's; None: not applied
+    worst_relative: float = 0.0  # max over steps of |got - ref| / max(|ref|, 1)
+    worst_relative_step: int | None = None
+
+    @property
+    def relative_ok(self) -> bool:
+        return self.relative_threshold is None or passes(self.worst_relative,
+                                                         self.relative_threshold)
+
+    @property
+    def elementwise_ok(self) -> bool:
+        return not (self.mismatched or self.missing or self.extra)
 
     @property
     def ok(self) -> bool:
-        return not (self.mismatched or self.missing or self.extra)
+        return self.elementwise_ok and self.relative_ok
+
+    def relative_dict(self) -> dict | None:
+        if self.relative_threshold is None:
+            return None
+        return {"threshold": self.relative_threshold,
+                "worst": _json_float(self.worst_relative), "worst_step": self.worst_relative_step,
+                "margin": _json_float(margin(self.relative_threshold, self.worst_relative)),
+                "ok": self.relative_ok}
 
     def to_dict(self) -> dict:
         return {"tolerance": self.tolerance.to_dict(), "steps": self.steps,
@@ -45,14 +75,17 @@ class LossDiff:
                 "missing_steps": self.missing, "extra_steps": self.extra,
                 "max_abs_diff": _json_float(self.max_abs_diff),
                 "first_diverging_step": self.first[0] if self.first else None,
+                "elementwise_ok": self.elementwise_ok, "relative": self.relative_dict(),
                 "ok": self.ok}
 
 
-def compare_losses(got: list[dict], ref: list[dict], tol: Tolerance) -> LossDiff:
-    """`got` and `ref` are step records ({"step", "loss", ...})."""
+def compare_losses(got: list[dict], ref: list[dict], tol: Tolerance,
+                   relative: float | None = None) -> LossDiff:
+    """`got` and `ref` are step records ({"step", "loss", ...}); `relative` is the scale-free
+    threshold (None: element-wise only)."""
     got_by_step = {int(r["step"]): float(r["loss"]) for r in got}
     ref_by_step = {int(r["step"]): float(r["loss"]) for r in ref}
-    diff = LossDiff(tolerance=tol, steps=len(ref_by_step))
+    diff = LossDiff(tolerance=tol, steps=len(ref_by_step), relative_threshold=relative)
     diff.extra = sorted(set(got_by_step) - set(ref_by_step))
     for step in sorted(ref_by_step):
         ref_loss = ref_by_step[step]
@@ -61,6 +94,9 @@ def compare_losses(got: list[dict], ref: list[dict], tol: Tolerance) -> LossDiff
             continue
         got_loss = got_by_step[step]
         diff.compared += 1
+        error = loss_relative_error(got_loss, ref_loss)
+        if diff.worst_relative_step is None or error > diff.worst_relative:
+            diff.worst_relative, diff.worst_relative_step = error, step
         if not math.isfinite(got_loss):
             diff.nonfinite.append(step)
         else:
@@ -87,14 +123,33 @@ class ParameterDiff:
     stage: str = "?"
     layer: str = "-"
     stages: tuple[int, ...] = ()  # what `stage` says, as numbers (for the per-layer summary)
+    ref_norm: float = 0.0  # ||ref||_2
+    got_norm: float = 0.0  # ||got||_2 (inf / nan where the run is not finite)
+    diff_norm: float = 0.0  # ||got - ref||_2
+
+    @property
+    def relative_error(self) -> float:
+        """||got - ref|| / ||ref|| (inf where the run is not finite)."""
+        if self.nonfinite:
+            return math.inf
+        return relative_error(self.diff_norm, self.ref_norm)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "elements": self.elements,
                 "mismatched": self.mismatched, "nonfinite": self.nonfinite,
                 "max_abs_diff": _json_float(self.max_abs_diff),
+                "relative_error": _json_float(self.relative_error),
                 "worst_index": list(self.worst_index), "worst_got": _json_float(self.worst_got),
                 "worst_ref": _json_float(self.worst_ref), "stage": self.stage,
                 "layer": self.layer}
+
+    def summary(self) -> dict:
+        """What the record keeps of every parameter (the dump itself may be deleted)."""
+        return {"name": self.name, "ref_norm": _json_float(self.ref_norm),
+                "got_norm": _json_float(self.got_norm),
+                "diff_norm": _json_float(self.diff_norm),
+                "relative_error": _json_float(self.relative_error),
+                "max_abs_diff": _json_float(self.max_abs_diff), "mismatched": self.mismatched}
 
 
 @dataclass
@@ -105,10 +160,42 @@ class GradientDiff:
     extra: list[str] = field(default_factory=list)
     shape_errors: list[str] = field(default_factory=list)
     diffs: list[ParameterDiff] = field(default_factory=list)  # every compared parameter
+    relative_threshold: float | None = None  # the scale-free verdict's; None: not applied
 
     @property
     def mismatched(self) -> list[ParameterDiff]:
         return [d for d in self.diffs if d.mismatched]
+
+    @property
+    def relative_failures(self) -> list[ParameterDiff]:
+        """Parameters over the scale-free threshold, worst first."""
+        if self.relative_threshold is None:
+            return []
+        bad = [d for d in self.diffs if not passes(d.relative_error, self.relative_threshold)]
+        return sorted(bad, key=lambda d: (-d.relative_error, d.name))
+
+    @property
+    def worst_relative(self) -> ParameterDiff | None:
+        return max(self.diffs, key=lambda d: (d.relative_error, d.name), default=None)
+
+    @property
+    def relative_ok(self) -> bool:
+        return not self.relative_failures
+
+    @property
+    def elementwise_ok(self) -> bool:
+        return not (self.missing or self.extra or self.shape_errors or self.mismatched)
+
+    def relative_dict(self) -> dict | None:
+        if self.relative_threshold is None:
+            return None
+        worst = self.worst_relative
+        value = worst.relative_error if worst else 0.0
+        return {"threshold": self.relative_threshold, "worst": _json_float(value),
+                "worst_parameter": worst.name if worst else None,
+                "worst_stage": worst.stage if worst else None,
+                "margin": _json_float(margin(self.relative_threshold, value)),
+                "failed": [d.name for d in self.relative_failures], "ok": self.relative_ok}
 
     @property
     def elements(self) -> int:
@@ -124,7 +211,7 @@ class GradientDiff:
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.extra or self.shape_errors or self.mismatched)
+        return self.elementwise_ok and self.relative_ok
 
     def worst(self, n: int = 5) -> list[ParameterDiff]:
         ranked = sorted(self.mismatched or self.diffs, key=lambda d: (-d.worst_excess, d.name))
@@ -154,7 +241,9 @@ class GradientDiff:
                 "max_abs_diff": _json_float(self.max_abs_diff), "missing": self.missing,
                 "extra": self.extra, "shape_errors": self.shape_errors,
                 "worst": [d.to_dict() for d in self.worst(worst)],
-                "per_layer": self.per_layer(), "ok": self.ok}
+                "per_layer": self.per_layer(), "elementwise_ok": self.elementwise_ok,
+                "relative": self.relative_dict(),
+                "per_parameter": [d.summary() for d in self.diffs], "ok": self.ok}
 
 
 _PART_ORDER = {"embedding": 0, "final_norm": 2, "head": 3, "other": 4}
@@ -169,26 +258,29 @@ def gradient_names(directory: str | Path) -> list[str]:
 
 
 def compare_gradients(got_dir: str | Path, ref_dir: str | Path, tol: Tolerance,
-                      locator: Locator | None = None) -> GradientDiff:
+                      locator: Locator | None = None,
+                      relative: float | None = None) -> GradientDiff:
+    """Every reference gradient file against the run's; `relative` is the scale-free threshold
+    on `||got - ref|| / ||ref||` per parameter (None: element-wise only)."""
     got_dir, ref_dir = Path(got_dir), Path(ref_dir)
     got_names = set(gradient_names(got_dir)) if got_dir.is_dir() else set()
     ref_names = gradient_names(ref_dir)
-    diff = GradientDiff(tolerance=tol, parameters=len(ref_names))
+    diff = GradientDiff(tolerance=tol, parameters=len(ref_names), relative_threshold=relative)
     diff.missing = [n for n in ref_names if n not in got_names]
     diff.extra = sorted(got_names - set(ref_names))
     for name in ref_names:
         if name not in got_names:
             continue
-        ref = np.load(ref_dir / f"{name}.npy").astype(np.float64)
         try:  # the run's file may be cut short or junk: a failure naming it, not an error
-            got = np.load(got_dir / f"{name}.npy", allow_pickle=False).astype(np.float64)
-        except (OSError, ValueError, EOFError) as error:
+            stats = diff_files(got_dir / f"{name}.npy", ref_dir / f"{name}.npy",
+                               tol.atol, tol.rtol)
+        except UnreadableError as error:
             diff.shape_errors.append(f"{name}: the run's gradient file cannot be read ({error})")
             continue
-        if got.shape != ref.shape:
-            diff.shape_errors.append(f"{name}: shape {tuple(got.shape)}, reference {tuple(ref.shape)}")
+        except ShapeError as error:
+            diff.shape_errors.append(f"{name}: {error}")
             continue
-        parameter = _diff_arrays(name, got, ref, tol)
+        parameter = _parameter(name, stats)
         if locator is not None:
             parameter.stage, parameter.layer = locator.locate(name)
             parameter.stages = locator.stages(name)
@@ -196,23 +288,17 @@ def compare_gradients(got_dir: str | Path, ref_dir: str | Path, tol: Tolerance,
     return diff
 
 
-def _diff_arrays(name: str, got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> ParameterDiff:
-    delta = np.abs(got - ref)
-    allowed = tol.atol + tol.rtol * np.abs(ref)
-    bad = ~(delta <= allowed)
-    finite = np.isfinite(got)
-    excess = np.where(np.isfinite(delta), delta - allowed, np.inf)
-    flat = int(np.argmax(excess)) if excess.size else 0
-    index = tuple(int(i) for i in np.unravel_index(flat, got.shape)) if got.size else ()
-    finite_delta = delta[np.isfinite(delta)]
+def _parameter(name: str, s: FileStats) -> ParameterDiff:
     return ParameterDiff(
-        name=name, shape=tuple(got.shape), elements=int(got.size), mismatched=int(bad.sum()),
-        nonfinite=int((~finite).sum()),
-        max_abs_diff=float(finite_delta.max()) if finite_delta.size else 0.0,
-        worst_excess=float(excess.flat[flat]) if excess.size else 0.0,
-        worst_index=index, worst_got=float(got.flat[flat]) if got.size else 0.0,
-        worst_ref=float(ref.flat[flat]) if ref.size else 0.0,
-    )
+        name=name, shape=s.shape, elements=s.elements, mismatched=s.mismatched,
+        nonfinite=s.nonfinite, max_abs_diff=s.max_abs_diff, worst_excess=s.worst_excess,
+        worst_index=s.worst_index, worst_got=s.worst_got, worst_ref=s.worst_ref,
+        ref_norm=s.ref_norm, got_norm=s.got_norm, diff_norm=s.diff_norm)
+
+
+def _diff_arrays(name: str, got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> ParameterDiff:
+    """Two in-memory arrays, the float64 way (tests and benchmarks)."""
+    return _parameter(name, exact_stats(got, ref, tol.atol, tol.rtol))
 
 
 def _json_float(value: float):

@@ -1,0 +1,81 @@
+"""The scale-free verdict, beside the element-wise `|got - ref| <= atol + rtol * |ref|`.
+
+Gradients: per parameter the relative error `||got - ref||_2 / ||ref||_2` (a zero reference
+norm gives 0 when the run is exactly zero too, else inf). Scaling every gradient of a stage by
+(1 + e) gives exactly e, whatever the size of the gradients, so its power does not shrink as
+models grow (the element-wise atol does: it sees e * max|g|).
+
+Loss: `|got - ref| / max(|ref|, LOSS_SCALE_FLOOR)` per step. The loss of a language model is
+an average cross-entropy of order ln(vocab) (10.8 for GPT-2's 50304 tokens, 6.2 for the tiny
+preset's 512) whatever the width or depth, and rounding moves it in proportion to its size,
+so the relative difference is the scale-free one. (The step's loss *change* was considered and
+rejected: at the learning rates of the precision configs it is 1e-4..1e-2 and changes sign, so a
+difference measured against it would divide noise by noise.) The floor keeps a loss that
+approaches zero from turning rounding into a failure.
+
+A case fails when EITHER verdict fails: the element-wise check (InfiniTrain's, kept for
+compatibility) or the scale-free one. The margin is `threshold / worst` (how many times below
+the threshold the worst value is: > 1 passes, < 1 fails, inf when the worst is exactly 0).
+
+Thresholds per dtype, chosen from measured noise (docs/harness_guide.md "Numerics"; the
+measurements and commands are in docs/benchmarks.md "Numerics"). Plain Python, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+LOSS_SCALE_FLOOR = 1.0
+
+
+@dataclass(frozen=True)
+class RelativeThresholds:
+    """Largest scale-free error that passes: loss (relative to the loss) and per-parameter
+    gradient (relative to the reference gradient's norm)."""
+
+    loss: float
+    gradients: float
+
+    def to_dict(self) -> dict:
+        return {"loss": self.loss, "gradients": self.gradients}
+
+
+# Measured noise floor (worst over the CPU matrix, see docs/benchmarks.md) x margin.
+DEFAULT_RELATIVE = {
+    "float32": RelativeThresholds(loss=1e-6, gradients=1e-5),
+    "bfloat16": RelativeThresholds(loss=1e-3, gradients=1e-2),
+}
+
+
+def relative_thresholds(dtype: str | None) -> RelativeThresholds:
+    """The default thresholds of a dtype; float32's for an unknown one (the strictest)."""
+    return DEFAULT_RELATIVE.get(dtype or "float32", DEFAULT_RELATIVE["float32"])
+
+
+def relative_error(diff_norm: float, ref_norm: float) -> float:
+    """||got - ref|| / ||ref||; NaN in the run gives inf (never passes)."""
+    if not (math.isfinite(diff_norm) and math.isfinite(ref_norm)):
+        return math.inf
+    if ref_norm == 0.0:
+        return 0.0 if diff_norm == 0.0 else math.inf
+    return diff_norm / ref_norm
+
+
+def loss_relative_error(got: float, ref: float) -> float:
+    if not (math.isfinite(got) and math.isfinite(ref)):
+        return math.inf
+    return abs(got - ref) / max(abs(ref), LOSS_SCALE_FLOOR)
+
+
+def passes(error: float, threshold: float) -> bool:
+    return error <= threshold  # False for NaN
+
+
+def margin(threshold: float, worst: float) -> float:
+    """threshold / worst: how many times below the threshold the worst value is."""
+    if not math.isfinite(worst):
+        return 0.0
+    if worst <= 0.0:
+        return math.inf
+    return threshold / worst
