@@ -1,0 +1,364 @@
+"""The stand-in's model: InfiniTrain's parameter names and shapes, a toy but fully
+differentiable per-token function of every parameter, hand-written numpy backprop, float32.
+
+Per token (no attention, no real normalisation; ``lin(x, W) = x @ W.T (+ b)``)::
+
+    h = wte[x] (+ wpe[t] for GPT-2)
+    per layer i:
+        a = h * ln_1.weight (+ ln_1.bias)
+        z = tanh(lin(a, attn.c_attn));  s = z[:, :C] + mean(z[:, C:], -1)
+        h = h + lin(s, attn.c_proj)
+        m = h * ln_2.weight (+ ln_2.bias)
+        GPT-2:   f = tanh(lin(m, mlp.c_fc))
+        LLaMA 3: f = lin(m, mlp.c_fc) * tanh(lin(m, mlp.c_fc2))
+        h = h + lin(f, mlp.c_proj)
+    logits = lin(rmsnorm(h) * ln_f.weight (+ ln_f.bias), lm_head[:vocab_size]);  loss = mean CE
+    (rmsnorm(h) = h / sqrt(mean(h^2) + 1e-5), so the head sees O(1) inputs and the loss moves)
+
+Every parameter is initialised from the llm.c checkpoint's tensors (``lm_head.weight`` of GPT-2 is a
+copy of wte, as InfiniTrain copies it; it is not tied afterwards). GPT-2's wte / lm_head are held
+internally at padded_vocab_size rows; a rank sees ``vocab_size`` rows when TP=1 and a 1/TP row
+shard of the padded matrix when TP>1 (as InfiniTrain's loader). The padded rows never receive
+gradient.
+
+Parallel rounding: with TP>1, row-parallel matmuls (attn.c_proj, mlp.c_proj) are computed as sums
+of per-shard partial products in forward, and column-parallel ones (c_attn, c_fc, c_fc2, lm_head)
+sum per-shard partial products for the input gradient. bfloat16: matmul operands and outputs (each
+partial product) are rounded to bf16 (round-to-nearest-even on the float32 bits).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+F32 = np.float32
+
+
+def to_bf16(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=F32)
+    bits = a.view(np.uint32)
+    r = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return r.view(F32)
+
+
+@dataclass
+class Config:
+    family: str
+    block_size: int
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    padded_vocab_size: int
+    n_kv_head: int = 0
+    ffn: int = 0
+
+    @property
+    def kv_dim(self) -> int:
+        if self.family == "gpt2":
+            return self.n_embd
+        return self.n_kv_head * (self.n_embd // self.n_head)
+
+    @property
+    def qkv_rows(self) -> int:
+        return self.n_embd + 2 * self.kv_dim
+
+    @property
+    def hidden(self) -> int:
+        return 4 * self.n_embd if self.family == "gpt2" else self.ffn
+
+
+# linear modules: suffix -> parallel kind ("col": rows split, "row": cols split)
+def linear_kind(name: str) -> str:
+    if name.endswith("attn.c_proj") or name.endswith("mlp.c_proj"):
+        return "row"
+    return "col"
+
+
+def layer_linears(cfg: Config, i: int) -> list[str]:
+    p = f"transformer.h.{i}."
+    mods = [p + "attn.c_attn", p + "attn.c_proj", p + "mlp.c_fc"]
+    if cfg.family == "llama3":
+        mods.append(p + "mlp.c_fc2")
+    mods.append(p + "mlp.c_proj")
+    return mods
+
+
+def param_names(cfg: Config) -> list[str]:
+    """InfiniTrain's parameter names, model order."""
+    g = cfg.family == "gpt2"
+    names = ["transformer.wte.weight"] + (["transformer.wpe.weight"] if g else [])
+    for i in range(cfg.n_layer):
+        p = f"transformer.h.{i}."
+        if g:
+            names += [p + s for s in (
+                "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")]
+        else:
+            names += [p + s for s in (
+                "ln_1.weight", "attn.c_attn.weight", "attn.c_proj.weight", "ln_2.weight",
+                "mlp.c_fc.weight", "mlp.c_fc2.weight", "mlp.c_proj.weight")]
+    names += ["transformer.ln_f.weight"] + (["transformer.ln_f.bias"] if g else []) + ["lm_head.weight"]
+    return names
+
+
+# --------------------------------------------------------------------------------------------
+# TP sharding: which slice of the internal (full) tensor a TP rank holds, under the full name.
+
+def _split(n: int, tp: int, r: int) -> np.ndarray:
+    k = n // tp
+    return np.arange(r * k, (r + 1) * k)
+
+
+def shard_index(cfg: Config, name: str, shape: tuple, tp: int, r: int):
+    """(axis, indices) of the slice TP rank ``r`` holds, or None when it holds it all."""
+    vocab_param = name in ("transformer.wte.weight", "lm_head.weight")
+    if vocab_param:
+        if tp == 1:
+            if shape[0] != cfg.vocab_size:
+                return 0, np.arange(cfg.vocab_size)
+            return None
+        return 0, _split(shape[0], tp, r)
+    if tp == 1:
+        return None
+    parts = name.split(".")
+    if parts[-1] in ("lora_A", "lora_B"):
+        mod = ".".join(parts[:-1])
+        kind = linear_kind(mod)
+        if kind == "col" and parts[-1] == "lora_B":
+            return 0, _col_rows(cfg, mod, shape[0], tp, r)
+        if kind == "row" and parts[-1] == "lora_A":
+            return 1, _split(shape[1], tp, r)
+        return None
+    mod, leaf = ".".join(parts[:-1]), parts[-1]
+    if not (mod.endswith(("c_attn", "c_proj", "c_fc", "c_fc2"))):
+        return None  # norms, wpe: replicated
+    kind = linear_kind(mod)
+    if kind == "col":
+        return 0, _col_rows(cfg, mod, shape[0], tp, r)
+    if leaf == "weight":
+        return 1, _split(shape[1], tp, r)
+    return None  # row-parallel bias: replicated
+
+
+def _col_rows(cfg: Config, mod: str, n: int, tp: int, r: int) -> np.ndarray:
+    if mod.endswith("attn.c_attn"):  # fused [q | k | v]: each rank holds its share of each
+        C, kv = cfg.n_embd, cfg.kv_dim
+        return np.concatenate([_split(C, tp, r), C + _split(kv, tp, r), C + kv + _split(kv, tp, r)])
+    return _split(n, tp, r)
+
+
+def take(a: np.ndarray, idx) -> np.ndarray:
+    if idx is None:
+        return a
+    axis, ind = idx
+    return np.ascontiguousarray(np.take(a, ind, axis=axis))
+
+
+def put(a: np.ndarray, idx, value: np.ndarray) -> None:
+    if idx is None:
+        a[...] = value
+    elif idx[0] == 0:
+        a[idx[1]] = value
+    else:
+        a[:, idx[1]] = value
+
+
+# --------------------------------------------------------------------------------------------
+
+def lora_init(name: str, rank: int, in_features: int) -> np.ndarray:
+    """Deterministic lora_A: uniform(-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform, a=sqrt(5)),
+    seeded by crc32 of the parameter name."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    bound = 1.0 / np.sqrt(in_features)
+    return rng.uniform(-bound, bound, size=(rank, in_features)).astype(F32)
+
+
+@dataclass
+class Numerics:
+    tp: int = 1
+    bf16: bool = False
+    lora_scale: float = 0.0
+    lora_modules: set = field(default_factory=set)
+    frozen_base: bool = False
+
+
+class Model:
+    def __init__(self, cfg: Config, params: dict[str, np.ndarray], num: Numerics):
+        self.cfg, self.P, self.num = cfg, params, num
+
+    # ---- linear with TP partial sums, bf16 rounding, LoRA ----
+    def _r(self, a):
+        return to_bf16(a) if self.num.bf16 else a
+
+    def _mm(self, x, W, kind):
+        """x @ W.T; row-parallel under TP: sum of per-column-shard partial products."""
+        tp = self.num.tp
+        if kind == "row" and tp > 1:
+            k = W.shape[1] // tp
+            y = None
+            for r in range(tp):
+                part = self._r(x[:, r * k:(r + 1) * k] @ W[:, r * k:(r + 1) * k].T)
+                y = part if y is None else y + part
+            return y
+        return self._r(x @ W.T)
+
+    def _lin(self, x, mod):
+        P = self.P
+        W = P[mod + ".weight"]
+        kind = linear_kind(mod)
+        if mod == "lm_head":
+            W = W[: self.cfg.vocab_size]
+        xq, Wq = self._r(x), self._r(W)
+        y = self._mm(xq, Wq, kind)
+        b = P.get(mod + ".bias")
+        if b is not None:
+            y = y + b
+        cache = {"x": xq, "W": Wq, "mod": mod, "kind": kind, "bias": b is not None}
+        if mod in self.num.lora_modules:
+            A, B = self._r(P[mod + ".lora_A"]), self._r(P[mod + ".lora_B"])
+            hA = self._r(xq @ A.T)
+            y = y + F32(self.num.lora_scale) * self._r(hA @ B.T)
+            cache.update(A=A, B=B, hA=hA)
+        return y, cache
+
+    def _lin_bwd(self, dy, c, grads):
+        mod, Wq, xq = c["mod"], c["W"], c["x"]
+        tp = self.num.tp
+        if c["kind"] == "col" and tp > 1:
+            k = Wq.shape[0] // tp
+            dx = None
+            for r in range(tp):
+                part = dy[:, r * k:(r + 1) * k] @ Wq[r * k:(r + 1) * k]
+                dx = part if dx is None else dx + part
+        else:
+            dx = dy @ Wq
+        if not self.num.frozen_base:
+            gW = dy.T @ xq
+            _acc(grads, mod + ".weight", gW, full_shape=self.P[mod + ".weight"].shape)
+            if c["bias"]:
+                _acc(grads, mod + ".bias", dy.sum(0))
+        if "A" in c:
+            s = F32(self.num.lora_scale)
+            _acc(grads, mod + ".lora_B", s * (dy.T @ c["hA"]))
+            dhA = s * (dy @ c["B"])
+            _acc(grads, mod + ".lora_A", dhA.T @ xq)
+            dx = dx + dhA @ c["A"]
+        return dx
+
+    # ---- one microbatch: loss and gradients of (loss * scale) ----
+    def forward_backward(self, x: np.ndarray, y: np.ndarray, pos: np.ndarray, scale: float):
+        cfg, P = self.cfg, self.P
+        gpt2 = cfg.family == "gpt2"
+        C = cfg.n_embd
+        grads: dict[str, np.ndarray] = {}
+        h = P["transformer.wte.weight"][x]
+        if gpt2:
+            h = h + P["transformer.wpe.weight"][pos]
+        caches = []
+        for i in range(cfg.n_layer):
+            p = f"transformer.h.{i}."
+            lc = {"h0": h}
+            g1 = P[p + "ln_1.weight"]
+            a = h * g1 + (P[p + "ln_1.bias"] if gpt2 else 0)
+            q, lc["qkv"] = self._lin(a, p + "attn.c_attn")
+            z = np.tanh(q)
+            s = z[:, :C] + z[:, C:].mean(axis=1, keepdims=True, dtype=F32)
+            o, lc["proj"] = self._lin(s, p + "attn.c_proj")
+            lc["z"] = z
+            h = h + o
+            lc["h1"] = h
+            m = h * P[p + "ln_2.weight"] + (P[p + "ln_2.bias"] if gpt2 else 0)
+            u, lc["fc"] = self._lin(m, p + "mlp.c_fc")
+            if gpt2:
+                f = np.tanh(u)
+                lc["f"] = f
+            else:
+                v, lc["fc2"] = self._lin(m, p + "mlp.c_fc2")
+                tv = np.tanh(v)
+                f = u * tv
+                lc["u"], lc["tv"] = u, tv
+            r_, lc["mproj"] = self._lin(f, p + "mlp.c_proj")
+            h = h + r_
+            caches.append(lc)
+        rs = (F32(1.0) / np.sqrt((h * h).mean(axis=1, keepdims=True, dtype=F32) + F32(1e-5))).astype(F32)
+        hf = h * rs  # RMS-normalised final hidden state
+        e = hf * P["transformer.ln_f.weight"] + (P["transformer.ln_f.bias"] if gpt2 else 0)
+        logits, lmc = self._lin(e, "lm_head")
+        logits = logits.astype(F32)
+        mx = logits.max(axis=1, keepdims=True)
+        ex = np.exp(logits - mx)
+        se = ex.sum(axis=1, keepdims=True)
+        n = x.shape[0]
+        rows = np.arange(n)
+        logp_y = (logits[rows, y] - mx[:, 0]) - np.log(se[:, 0])
+        loss = F32(-logp_y.mean(dtype=F32))
+        # backward
+        dlog = ex / se
+        dlog[rows, y] -= F32(1.0)
+        dlog *= F32(scale / n)
+        dlog = dlog.astype(F32)
+        de = self._lin_bwd(dlog, lmc, grads)
+        if not self.num.frozen_base:
+            _acc(grads, "transformer.ln_f.weight", (de * hf).sum(0))
+            if gpt2:
+                _acc(grads, "transformer.ln_f.bias", de.sum(0))
+        dn = de * P["transformer.ln_f.weight"]
+        dh = rs * dn - hf * (rs * (dn * hf).mean(axis=1, keepdims=True, dtype=F32))
+        for i in reversed(range(cfg.n_layer)):
+            p = f"transformer.h.{i}."
+            lc = caches[i]
+            # mlp
+            df = self._lin_bwd(dh, lc["mproj"], grads)
+            if gpt2:
+                du = df * (1 - lc["f"] * lc["f"])
+                dm = self._lin_bwd(du, lc["fc"], grads)
+            else:
+                tv = lc["tv"]
+                du = df * tv
+                dv = df * lc["u"] * (1 - tv * tv)
+                dm = self._lin_bwd(du, lc["fc"], grads) + self._lin_bwd(dv, lc["fc2"], grads)
+            if not self.num.frozen_base:
+                _acc(grads, p + "ln_2.weight", (dm * lc["h1"]).sum(0))
+                if gpt2:
+                    _acc(grads, p + "ln_2.bias", dm.sum(0))
+            dh = dh + dm * P[p + "ln_2.weight"]
+            # attention stand-in
+            ds = self._lin_bwd(dh, lc["proj"], grads)
+            z = lc["z"]
+            nkv = z.shape[1] - C
+            dz = np.empty_like(z)
+            dz[:, :C] = ds
+            dz[:, C:] = (ds.sum(axis=1, keepdims=True) / F32(nkv))
+            dq = dz * (1 - z * z)
+            da = self._lin_bwd(dq, lc["qkv"], grads)
+            if not self.num.frozen_base:
+                _acc(grads, p + "ln_1.weight", (da * lc["h0"]).sum(0))
+                if gpt2:
+                    _acc(grads, p + "ln_1.bias", da.sum(0))
+            dh = dh + da * P[p + "ln_1.weight"]
+        if not self.num.frozen_base:
+            gw = np.zeros_like(P["transformer.wte.weight"])
+            np.add.at(gw, x, dh)
+            grads["transformer.wte.weight"] = gw
+            if gpt2:
+                gp = np.zeros_like(P["transformer.wpe.weight"])
+                np.add.at(gp, pos, dh)
+                grads["transformer.wpe.weight"] = gp
+        return loss, grads
+
+
+def _acc(grads, name, g, full_shape=None):
+    g = g.astype(F32, copy=False)
+    if full_shape is not None and g.shape != tuple(full_shape):  # lm_head: pad to full rows
+        full = np.zeros(full_shape, F32)
+        full[: g.shape[0]] = g
+        g = full
+    if name in grads:
+        grads[name] = grads[name] + g
+    else:
+        grads[name] = g
