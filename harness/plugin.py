@@ -35,6 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="per-run timeout; a run past it is killed with all its processes")
     group.addoption("--harness-device", choices=("auto", "cpu", "cuda"), default="auto",
                     help="cuda, cpu (gloo, one process per device slot), or auto")
+    group.addoption("--harness-launcher", choices=("auto", "torchrun", "zygote"), default="auto",
+                    help="how the bundled trainer's ranks start: torchrun, zygote (forked from "
+                         "a process that imported torch once; harness.launch.zygote), or auto "
+                         "(zygote on CPU, torchrun on CUDA)")
 
 
 def _config_path(config: pytest.Config) -> Path:
@@ -184,6 +188,7 @@ def _runner(config: pytest.Config, harness_config):
             s["session_dir"], s["reference_root"], s["worker"],
             config.getoption("--harness-device"), config.getoption("--gpus"),
             config.getoption("--harness-timeout"),
+            launcher=config.getoption("--harness-launcher"),
         )
         s["session_dir"].mkdir(parents=True, exist_ok=True)
         config.stash[_RUNNER] = CaseRunner(harness_config, settings)

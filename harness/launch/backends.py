@@ -151,7 +151,8 @@ def _hash_tree(paths: list[Path]) -> str:
 
 
 class HarnessBackend:
-    """Our reference trainer, through torchrun for more than one process."""
+    """Our reference trainer, through torchrun for more than one process, or forked from a
+    pre-warmed zygote (`launch`, settings.launcher == "zygote")."""
 
     name = "harness"
 
@@ -175,7 +176,7 @@ class HarnessBackend:
             self._version = f"harness-{_hash_tree(files)}-torch-{torch_version}"
         return self._version
 
-    def command(self, spec: LaunchSpec) -> list[str]:
+    def trainer_args(self, spec: LaunchSpec) -> list[str]:
         trainer = flag_argv(spec.flags) + [
             f"--device={spec.device}",
             f"--llmc_filepath={spec.checkpoint}",
@@ -184,6 +185,25 @@ class HarnessBackend:
         ]
         if spec.gradients_dir is not None:
             trainer.append(f"--dump_gradients={spec.gradients_dir}")
+        return trainer
+
+    def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
+        """Run it: through the zygote (harness.launch.zygote) when settings.launcher is
+        "zygote" and the environment lets one serve (no interpreter start-up variables of the
+        config's own, such as PYTHONPATH), else as `command` says (torchrun)."""
+        from .zygote import shared_zygote, startup_environment_differs
+
+        stdout, stderr = spec.log_dir / "launcher.stdout", spec.log_dir / "launcher.stderr"
+        env = self.environment(spec)
+        if getattr(settings, "launcher", "torchrun") == "zygote" and not startup_environment_differs(env):
+            return shared_zygote().run(self.trainer_args(spec), env, spec.world_size, spec.port,
+                                       spec.log_dir, settings.timeout_s, stdout, stderr)
+        from .process import run_process
+
+        return run_process(self.command(spec), env, settings.timeout_s, stdout, stderr)
+
+    def command(self, spec: LaunchSpec) -> list[str]:
+        trainer = self.trainer_args(spec)
         if spec.world_size == 1:
             return [sys.executable, "-m", "harness.trainer", *trainer]
         return [

@@ -11,9 +11,11 @@ from .settings import Settings
 
 
 def runner_settings(session_dir: Path, reference_root: Path, worker: str, device: str,
-                    gpus: int | None, timeout_s: float) -> Settings:
+                    gpus: int | None, timeout_s: float, launcher: str = "torchrun") -> Settings:
     if device == "auto":
         device = "cuda" if cuda_count() else "cpu"
+    if launcher == "auto":  # the zygote where it is measured and safe: CPU (docs/benchmarks.md)
+        launcher = "zygote" if device == "cpu" else "torchrun"
     slots = gpus
     if slots is None:
         slots = cuda_count() if device == "cuda" else (os.cpu_count() or 1)
@@ -23,6 +25,7 @@ def runner_settings(session_dir: Path, reference_root: Path, worker: str, device
     return Settings(
         session_id=session_dir.name, session_dir=session_dir, reference_root=reference_root,
         lease_dir=lease_dir, slots=slots, device=device, timeout_s=timeout_s, worker=worker,
+        launcher=launcher,
     )
 
 

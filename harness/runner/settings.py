@@ -16,6 +16,7 @@ class Settings:
     device: str  # cpu | cuda
     timeout_s: float
     worker: str = "main"
+    launcher: str = "torchrun"  # the bundled trainer's: torchrun | zygote (harness.launch.zygote)
 
 
 @dataclass
