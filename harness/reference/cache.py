@@ -7,6 +7,11 @@ concurrent sessions build it once), into a temporary folder that is renamed into
 completion marker (COMPLETE.json: the key and every file's size and sha256) is written. An entry
 whose marker is missing, unreadable, for another key, or whose files no longer match it is
 rebuilt, never trusted.
+
+Every use writes the entry's LAST_USED (`{"last_used": epoch seconds, "at": local time}`, outside
+the marker's file list), so `harness.reference.prune` can evict the least recently used entries
+to keep the cache under a size bound (`--harness-reference-cache-max-gb`,
+`python -m harness.reference prune`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from filelock import FileLock
 
 MARKER = "COMPLETE.json"
 MARKER_FORMAT = "harness.reference/1"
+LAST_USED = "LAST_USED"
 
 
 class ReferenceError(RuntimeError):
@@ -93,6 +99,7 @@ class ReferenceCache:
         with FileLock(str(self.root / f".{name}.lock")):
             marker = self.valid_marker(path, key)
             if marker is not None:
+                touch_last_used(path)
                 return ReferenceEntry(path, key, built=False, info=marker.get("info", {}))
             scratch = self.root / f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             scratch.mkdir()
@@ -113,6 +120,7 @@ class ReferenceCache:
             except BaseException:
                 shutil.rmtree(scratch, ignore_errors=True)
                 raise
+            touch_last_used(path)
             return ReferenceEntry(path, key, built=True, info=info)
 
     @staticmethod
@@ -130,3 +138,25 @@ class ReferenceCache:
             return marker
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
+
+
+def touch_last_used(path: Path) -> None:
+    """Record a use of the entry (write-then-rename: a reader never sees half a file)."""
+    partial = path / f".{LAST_USED}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        partial.write_text(json.dumps({"last_used": time.time(),
+                                       "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
+        os.replace(partial, path / LAST_USED)
+    except OSError:  # a read-only cache still serves references
+        partial.unlink(missing_ok=True)
+
+
+def last_used(path: Path) -> float:
+    """When the entry was last used (epoch seconds): its LAST_USED, else its marker's mtime."""
+    try:
+        return float(json.loads((path / LAST_USED).read_text())["last_used"])
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            return (path / MARKER).stat().st_mtime
+        except OSError:
+            return 0.0
