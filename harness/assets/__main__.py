@@ -5,16 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.spec.models import MODEL_SPECS
+
 from .generate import MODELS, generate_assets
 from .presets import PRESETS
 
 
+def _size(c) -> str:
+    heads = f"H{c.n_head}" + (f"/{c.n_kv_head}kv" if hasattr(c, "n_kv_head") else "")
+    ffn = f" ffn{c.ffn_dim}" if hasattr(c, "ffn_dim") else ""
+    vocab = f"V{c.vocab_size}" + (f"->{c.padded_vocab_size}" if hasattr(c, "padded_vocab_size") else "")
+    return f"L{c.n_layer} C{c.n_embd} {heads}{ffn} T{c.block_size} {vocab}"
+
+
 def _describe(p) -> str:
-    g, l = p.gpt2, p.llama3
-    return (f"  {p.name:6s} {p.purpose}: GPT-2 L{g.n_layer} C{g.n_embd} H{g.n_head} "
-            f"T{g.block_size} V{g.vocab_size}->{g.padded_vocab_size}; LLaMA 3 L{l.n_layer} "
-            f"C{l.n_embd} H{l.n_head}/{l.n_kv_head}kv ffn{l.ffn_dim} T{l.block_size} "
-            f"V{l.vocab_size}; {p.train_tokens} train + {p.val_tokens} val tokens")
+    models = "; ".join(f"{MODEL_SPECS[m].title} {_size(c)}" for m, c in p.configs.items())
+    return (f"  {p.name:6s} {p.purpose}: {models}; "
+            f"{p.train_tokens} train + {p.val_tokens} val tokens")
 
 
 def main(argv=None) -> int:

@@ -21,22 +21,23 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 from filelock import FileLock
 
+from harness.spec.models import MODEL_SPECS, spec_for_config
 from harness.trainer.llmc import parameter_shapes, write_checkpoint, write_tokens
 
 from .presets import PRESETS, Preset
 
-MODELS = ("gpt2", "llama3")
+MODELS = tuple(MODEL_SPECS)  # every registered model family
 MANIFEST = "assets.json"
 # Bump when the bytes generated for a given (preset, seed) change, so caches regenerate.
 GENERATOR_VERSION = 1
-_STREAMS = {"gpt2": 1, "llama3": 2, "train": 3, "val": 4}
+_STREAMS = {"train": 3, "val": 4, **{s.name: s.asset_stream for s in MODEL_SPECS.values()}}
 
 
 def _rng(seed: int, stream: str) -> np.random.Generator:
@@ -56,7 +57,7 @@ def init_weights(config, seed: int) -> dict[str, np.ndarray]:
     Norm weights are 1 + N(0, 0.02) and biases N(0, 0.02) rather than exactly 1 and 0: with
     the exact values a loader that skipped or swapped norms or biases (leaving torch's default
     1 / 0) would still match the reference and the bug would go unseen."""
-    rng = _rng(seed, "gpt2" if hasattr(config, "padded_vocab_size") else "llama3")
+    rng = _rng(seed, spec_for_config(config).name)
     proj_std = 0.02 / math.sqrt(2 * config.n_layer)
     tensors = {}
     for name, shape in parameter_shapes(config).items():
@@ -133,12 +134,15 @@ class AssetPaths:
     preset: str
     seed: int
     manifest: Path
-    gpt2_checkpoint: Path
-    gpt2_train_tokens: Path
-    gpt2_val_tokens: Path
-    llama3_checkpoint: Path
-    llama3_train_tokens: Path
-    llama3_val_tokens: Path
+    # "{model}_checkpoint", "{model}_train_tokens", "{model}_val_tokens" -> path, per model;
+    # also readable as attributes (paths.gpt2_checkpoint)
+    files: dict = field(default_factory=dict, hash=False)
+
+    def __getattr__(self, name: str) -> Path:
+        files = self.__dict__.get("files", {})
+        if name in files:
+            return files[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def checkpoint(self, model: str) -> Path:
         return getattr(self, f"{model}_checkpoint")
@@ -186,4 +190,4 @@ def ensure_assets(preset: str = "tiny", root: str | os.PathLike | None = None,
         paths[f"{model}_checkpoint"] = d / names["checkpoint"]
         paths[f"{model}_train_tokens"] = d / names["train"]
         paths[f"{model}_val_tokens"] = d / names["val"]
-    return AssetPaths(root=d, preset=preset, seed=seed, manifest=d / MANIFEST, **paths)
+    return AssetPaths(root=d, preset=preset, seed=seed, manifest=d / MANIFEST, files=paths)

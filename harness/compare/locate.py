@@ -8,10 +8,10 @@ so it lives on both ends when they differ.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_LAYER = re.compile(r"^h\.(\d+)\.")
+from harness.spec.models import MODEL_SPECS
+from harness.spec.models import layer_of as _spec_layer_of
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class Locator:
                 chunks = tuple((int(s), int(a), int(b)) for s, a, b in layout["chunks"])
             except (TypeError, ValueError):
                 chunks = ()
-        return cls(chunks, tied_embedding=(model == "gpt2"))
+        spec = MODEL_SPECS.get(model) if isinstance(model, str) else None
+        return cls(chunks, tied_embedding=bool(spec and spec.tied_parameters))
 
     def stages(self, name: str) -> tuple[int, ...]:
         """The pipeline stages holding the parameter; () where the layout does not say."""
@@ -38,7 +39,7 @@ class Locator:
             return ()
         first, last = self.chunks[0][0], self.chunks[-1][0]
         if part == "embedding":
-            tied = name.startswith("wte.") and self.tied_embedding and first != last
+            tied = name in _TIED_KEPT and self.tied_embedding and first != last
             return (first, last) if tied else (first,)
         return (last,)  # final norm, lm head
 
@@ -55,14 +56,11 @@ class Locator:
         return f"{stages[0]} ({what})", "-"
 
 
-_NAMED_PARTS = (("wte.", "embedding"), ("wpe.", "embedding"), ("ln_f.", "final_norm"),
-                ("lm_head.", "head"))
+# the names that tied parameters are reported under (GPT-2: wte.weight), from the registry
+_TIED_KEPT = frozenset(kept for s in MODEL_SPECS.values() for kept, _alias in s.tied_parameters)
 
 
 def layer_of(name: str) -> int | str:
     """A parameter's place (llm.c naming): its transformer layer index, or "embedding",
-    "final_norm", "head", "other"."""
-    match = _LAYER.match(name)
-    if match:
-        return int(match.group(1))
-    return next((part for prefix, part in _NAMED_PARTS if name.startswith(prefix)), "other")
+    "final_norm", "head", "other"; the rule is the model registry's (ModelSpec.place)."""
+    return _spec_layer_of(name)

@@ -28,16 +28,25 @@ from typing import Mapping, Union
 
 import numpy as np
 
-from harness.trainer.models.configs import GPT2Config, LLaMA3Config
+from harness.spec.models import (
+    CHECKPOINT_VERSIONS,
+    GPT2_SPEC,
+    LLAMA3_SPEC,
+    MODEL_SPECS,
+    GPT2Config,
+    LLaMA3Config,
+    UnknownModelError,
+    spec_for_config,
+)
 
 from ._binio import HEADER_BYTES, LlmcFormatError, atomic_write, check_positive, check_size, read_header
 
-GPT2_MAGIC = 20240326
-LLAMA3_MAGIC = 20240803
+GPT2_MAGIC = GPT2_SPEC.checkpoint_magic
+LLAMA3_MAGIC = LLAMA3_SPEC.checkpoint_magic
 # llm.c: 3 = all tensors float32, 5 = all tensors bfloat16 (both models).
-VERSION_DTYPES = {3: "float32", 5: "bfloat16"}
+VERSION_DTYPES = dict(CHECKPOINT_VERSIONS)
 DTYPE_VERSIONS = {dtype: version for version, dtype in VERSION_DTYPES.items()}
-_MODELS = {GPT2_MAGIC: "gpt2", LLAMA3_MAGIC: "llama3"}
+_MODELS = {s.checkpoint_magic: s.name for s in MODEL_SPECS.values()}
 
 ModelConfig = Union[GPT2Config, LLaMA3Config]
 
@@ -66,37 +75,14 @@ class Checkpoint:
 # --------------------------------------------------------------------------- tensor layout
 
 def file_layout(config: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
-    """(name, per-layer shape, stacked over layers?) in file order."""
-    C = config.n_embd
-    if isinstance(config, GPT2Config):
-        per_layer = [
-            ("ln_1.weight", (C,)), ("ln_1.bias", (C,)),
-            ("attn.c_attn.weight", (3 * C, C)), ("attn.c_attn.bias", (3 * C,)),
-            ("attn.c_proj.weight", (C, C)), ("attn.c_proj.bias", (C,)),
-            ("ln_2.weight", (C,)), ("ln_2.bias", (C,)),
-            ("mlp.c_fc.weight", (4 * C, C)), ("mlp.c_fc.bias", (4 * C,)),
-            ("mlp.c_proj.weight", (C, 4 * C)), ("mlp.c_proj.bias", (C,)),
-        ]
-        head = [("wte.weight", (config.padded_vocab_size, C), False),
-                ("wpe.weight", (config.block_size, C), False)]
-        tail = [("ln_f.weight", (C,), False), ("ln_f.bias", (C,), False)]
-    elif isinstance(config, LLaMA3Config):
-        qkv = C + 2 * config.n_kv_head * config.head_dim
-        ffn = config.ffn_dim
-        per_layer = [
-            ("ln_1.weight", (C,)),
-            ("attn.c_attn.weight", (qkv, C)),
-            ("attn.c_proj.weight", (C, C)),
-            ("ln_2.weight", (C,)),
-            ("mlp.c_fc.weight", (ffn, C)),
-            ("mlp.c_fc2.weight", (ffn, C)),
-            ("mlp.c_proj.weight", (C, ffn)),
-        ]
-        head = [("wte.weight", (config.vocab_size, C), False)]
-        tail = [("ln_f.weight", (C,), False), ("lm_head.weight", (config.vocab_size, C), False)]
-    else:
-        raise TypeError(f"expected GPT2Config or LLaMA3Config, got {type(config).__name__}")
-    return head + [(name, shape, True) for name, shape in per_layer] + tail
+    """(name, per-layer shape, stacked over layers?) in file order: the model family's
+    ``ModelSpec.tensor_layout`` (harness.spec.models)."""
+    try:
+        spec = spec_for_config(config)
+    except UnknownModelError:
+        expected = " or ".join(s.config.__name__ for s in MODEL_SPECS.values())
+        raise TypeError(f"expected {expected}, got {type(config).__name__}") from None
+    return spec.tensor_layout(config)
 
 
 def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -192,7 +178,8 @@ def checkpoint_info(path: str | os.PathLike) -> CheckpointHeader:
     if magic not in _MODELS:
         known = ", ".join(f"{m} ({k})" for m, k in _MODELS.items())
         raise LlmcFormatError(path, f"bad magic {magic}: not an llm.c checkpoint (known checkpoint "
-                                    f"magics: {known}; token files use 20240520 / 20240801)")
+                                    f"magics: {known}; token files use "
+                                    f"{' / '.join(str(s.token_magic) for s in MODEL_SPECS.values())})")
     model = _MODELS[magic]
     if version not in VERSION_DTYPES:
         known = ", ".join(f"{v} ({d})" for v, d in VERSION_DTYPES.items())

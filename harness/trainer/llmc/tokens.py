@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.spec.models import MODEL_SPECS
+
 from ._binio import HEADER_BYTES, LlmcFormatError, atomic_write, check_size, read_header
 
 
@@ -31,9 +33,10 @@ class _TokenFormat:
     max_id: int  # largest id the format can hold (and our readers accept)
 
 
+# One format per registered model family (harness.spec.models: token_magic / version / dtype).
 FORMATS = {
-    "gpt2": _TokenFormat("gpt2", 20240520, 1, "<u2", 2**16 - 1),
-    "llama3": _TokenFormat("llama3", 20240801, 7, "<u4", 2**31 - 1),
+    s.name: _TokenFormat(s.name, s.token_magic, s.token_version, s.token_dtype, s.token_max_id)
+    for s in MODEL_SPECS.values()
 }
 _BY_MAGIC = {f.magic: f for f in FORMATS.values()}
 
@@ -56,7 +59,8 @@ def read_tokens_header(path: str | os.PathLike) -> TokenHeader:
     if fmt is None:
         known = ", ".join(f"{f.magic} ({f.kind})" for f in FORMATS.values())
         raise LlmcFormatError(path, f"bad magic {magic}: not an llm.c token file (known token "
-                                    f"file magics: {known}; checkpoints use 20240326 / 20240803)")
+                                    f"file magics: {known}; checkpoints use "
+                                    f"{' / '.join(str(s.checkpoint_magic) for s in MODEL_SPECS.values())})")
     if version != fmt.version:
         raise LlmcFormatError(path, f"unsupported {fmt.kind} token file version {version} "
                                     f"(supported: {fmt.version})")

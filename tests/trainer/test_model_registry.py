@@ -1,0 +1,136 @@
+"""The model registry (harness.spec.models): torch-free, clear errors, plans looked up by name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.spec import models as spec_models
+from harness.spec.models import (
+    COLWISE,
+    COLWISE_QKV,
+    GPT2_SPEC,
+    LLAMA3_SPEC,
+    MODEL_SPECS,
+    ROWWISE,
+    ROWWISE_TO_SEQUENCE,
+    SEQUENCE_NORM,
+    GPT2Config,
+    LLaMA3Config,
+    ModelSpec,
+    UnknownModelError,
+    get_model_spec,
+    layer_of,
+    plan_lookup,
+    register_model,
+    spec_for_config,
+)
+
+
+def test_importing_the_registry_loads_no_torch():
+    code = ("import sys, harness.spec.models, harness.trainer.models.configs, "
+            "harness.trainer.llmc, harness.compare.locate, harness.assets; "
+            "print([m for m in sys.modules if m == 'torch' or m.startswith('torch.')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_known_families_and_lookups():
+    assert list(MODEL_SPECS) == ["gpt2", "llama3"]
+    assert get_model_spec("gpt2") is GPT2_SPEC and get_model_spec("llama3") is LLAMA3_SPEC
+    config = GPT2_SPEC.asset_configs["tiny"]
+    assert spec_for_config(config) is GPT2_SPEC
+    assert spec_for_config(LLAMA3_SPEC.asset_configs["tiny"]) is LLAMA3_SPEC
+    # the old import path is the same class
+    from harness.trainer.models.configs import GPT2Config as old
+
+    assert old is GPT2Config
+
+
+def test_unknown_model_names_it_and_the_known_ones():
+    with pytest.raises(UnknownModelError, match="unknown model 'mamba'; known models: gpt2, llama3"):
+        get_model_spec("mamba")
+    with pytest.raises(UnknownModelError, match="no registered model has config type object"):
+        spec_for_config(object())
+
+
+def test_register_refuses_a_second_spec_under_a_name_or_config():
+    with pytest.raises(ValueError, match="'gpt2' is already registered"):
+        register_model(ModelSpec(**{**GPT2_SPEC.__dict__, "title": "another GPT-2"}))
+    with pytest.raises(ValueError, match="config GPT2Config is already model 'gpt2'"):
+        register_model(ModelSpec(**{**GPT2_SPEC.__dict__, "name": "gpt2-bis"}))
+    assert register_model(GPT2_SPEC) is GPT2_SPEC  # the same spec again is fine
+    assert list(MODEL_SPECS) == ["gpt2", "llama3"]
+
+
+def test_a_new_family_registers_and_is_found(monkeypatch):
+    monkeypatch.setattr(spec_models, "MODEL_SPECS", dict(MODEL_SPECS))
+
+    class TinyConfig(LLaMA3Config):
+        pass
+
+    spec = ModelSpec(**{**LLAMA3_SPEC.__dict__, "name": "tiny3", "title": "Tiny 3",
+                        "config": TinyConfig, "checkpoint_magic": 1, "token_magic": 2})
+    spec_models.register_model(spec)
+    assert spec_models.get_model_spec("tiny3") is spec
+    assert "tiny3" in str(pytest.raises(UnknownModelError, spec_models.get_model_spec, "x").value)
+
+
+def test_tp_plan_lookup_by_module_name():
+    plan = GPT2_SPEC.tp_plan
+    assert plan_lookup(plan, "h.3.attn.c_attn") == (COLWISE_QKV,)
+    assert plan_lookup(plan, "h.12.attn.c_proj") == (ROWWISE,)
+    assert plan_lookup(plan, "h.0.mlp.c_fc") == (COLWISE,)
+    # '*' is exactly one name part; no partial or nested matches
+    assert plan_lookup(plan, "h.3.attn") == ()
+    assert plan_lookup(plan, "h.3.attn.c_attn.x") == ()
+    assert plan_lookup(plan, "h.3.4.attn.c_attn") == ()
+    assert plan_lookup(plan, "wte") == () and plan_lookup(plan, "lm_head") == ()
+    assert GPT2_SPEC.styles("h.0.mlp.c_fc2") == ()
+    assert LLAMA3_SPEC.styles("h.0.mlp.c_fc2") == (COLWISE,)
+
+
+def test_sequence_parallel_is_the_same_plan_with_sp_entries():
+    for spec in (GPT2_SPEC, LLAMA3_SPEC):
+        tp, sp = spec.parallel_plan(False), spec.parallel_plan(True)
+        assert set(tp) <= set(sp)
+        assert spec.styles("h.1.attn.c_attn", True) == (COLWISE_QKV,)
+        assert spec.styles("h.1.attn.c_proj", True) == (ROWWISE_TO_SEQUENCE,)
+        assert spec.styles("h.1.ln_1", True) == (SEQUENCE_NORM,)
+        assert SEQUENCE_NORM in spec.styles("ln_f", True)
+        assert spec.styles("h.1.ln_1", False) == ()
+    assert LLAMA3_SPEC.styles("h.0.attn", True)[0].inputs == 2  # x and the RoPE table
+    assert GPT2_SPEC.styles("wpe", True)[0].dim == 0
+
+
+def test_tied_parameters_and_name_to_layer_rule():
+    assert GPT2_SPEC.tied_parameters == (("wte.weight", "lm_head.weight"),)
+    assert LLAMA3_SPEC.tied_parameters == ()
+    assert GPT2_SPEC.place("h.7.mlp.c_fc.weight") == 7
+    assert GPT2_SPEC.place("wpe.weight") == "embedding"
+    assert LLAMA3_SPEC.place("wpe.weight") == "other"
+    assert layer_of("ln_f.bias") == "final_norm" and layer_of("lm_head.weight") == "head"
+    assert layer_of("wpe.weight") == "embedding" and layer_of("rope") == "other"
+
+
+def test_every_spec_is_complete_and_consistent():
+    magics = [s.checkpoint_magic for s in MODEL_SPECS.values()]
+    tokens = [s.token_magic for s in MODEL_SPECS.values()]
+    assert len(set(magics + tokens)) == len(magics) + len(tokens)
+    for spec in MODEL_SPECS.values():
+        assert spec.builder.count(":") == 1
+        assert set(spec.asset_configs) == {"tiny", "small", "bench"}
+        for config in spec.asset_configs.values():
+            assert isinstance(config, spec.config)
+        names = [n for n, _shape, _stacked in spec.tensor_layout(spec.asset_configs["tiny"])]
+        assert len(names) == len(set(names))
+
+
+def test_builders_build_the_registered_modules():
+    pytest.importorskip("torch")
+    from harness.trainer.models import GPT2, LLaMA3, build_model
+
+    assert isinstance(build_model(GPT2_SPEC.asset_configs["tiny"], layers=[0]), GPT2)
+    assert isinstance(build_model(LLAMA3_SPEC.asset_configs["tiny"], layers=[0]), LLaMA3)
