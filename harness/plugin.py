@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cases import ConfigError, load_config, read_tags
+from harness.cases import ConfigError, Overrides, load_config, read_tags
 from harness.cases.node_ids import case_names
 from harness.session_folder import new_session_dir
 
@@ -35,10 +35,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="per-run timeout; a run past it is killed with all its processes")
     group.addoption("--harness-device", choices=("auto", "cpu", "cuda"), default="auto",
                     help="cuda, cpu (gloo, one process per device slot), or auto")
+    group.addoption("--harness-trainer", choices=("harness", "command", "infinitrain"),
+                    default=None, help="the trainer under test (default: the config's "
+                    "`trainer.backend`, else the bundled trainer)")
+    group.addoption("--harness-var", action="append", default=[], metavar="NAME=VALUE",
+                    help="set a config variable (@NAME@), over the file's `variables`")
+    group.addoption("--infinitrain-build", default=None, metavar="DIR",
+                    help="InfiniTrain's build folder, holding gpt2, llama3 and infini_run "
+                    "(default: the config's BUILD_DIR variable, from the config's folder)")
+    group.addoption("--infinitrain-launch", choices=("threads", "infini_run"), default=None,
+                    help="threads: one process with --nthread_per_process N (InfiniTrain's "
+                    "scripts, the default); infini_run: one process per device")
     group.addoption("--harness-launcher", choices=("auto", "torchrun", "zygote"), default="auto",
                     help="how the bundled trainer's ranks start: torchrun, zygote (forked from "
                          "a process that imported torch once; harness.launch.zygote), or auto "
                          "(zygote on CPU, torchrun on CUDA)")
+    group.addoption("--harness-keep-dumps", choices=("failed", "all", "none"), default="failed",
+                    help="gradient dumps kept once diffed: failing cases' (default), all, none; "
+                         "every parameter's summary stays in the record")
+    group.addoption("--harness-reference-cache-max-gb", type=float, default=20.0, metavar="GB",
+                    help="bound on the reference cache; least recently used entries are "
+                         "evicted at session end (default 20; 0: no bound)")
 
 
 def _config_path(config: pytest.Config) -> Path:
@@ -97,6 +114,10 @@ def _record_collected(config: pytest.Config, names: list[str]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    items = [item for item in session.items if isinstance(item, HarnessCaseItem)]
+    if items and not session.config.option.collectonly:
+        for item in items:  # every worker: checkpoints its selected cases will save
+            _runner(session.config, item.parent.harness_config).announce(item.case)
     if _is_controller(session.config):
         _record_collected(session.config, [item.case.name for item in session.items
                                            if isinstance(item, HarnessCaseItem)])
@@ -110,6 +131,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         s = config.stash[_SETTINGS]
         s["header"]["finished_at"] = now()
         write_header(s["session_dir"], s["header"])
+        max_gb = config.getoption("--harness-reference-cache-max-gb")
+        if max_gb and max_gb > 0:
+            from harness.reference.prune import prune
+
+            prune(s["reference_root"], max_bytes=int(max_gb * 1e9))
 
 
 class _XdistHooks:
@@ -133,9 +159,21 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     return None
 
 
+def _overrides(config: pytest.Config) -> Overrides:
+    try:
+        variables = Overrides.parse_variables(config.getoption("--harness-var"))
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    build = config.getoption("--infinitrain-build")
+    return Overrides(variables=variables, backend=config.getoption("--harness-trainer")
+                     or ("infinitrain" if build else None),
+                     build_dir=str(Path(build).resolve()) if build else None,
+                     launch=config.getoption("--infinitrain-launch"))
+
+
 class HarnessConfigFile(pytest.File):
     def collect(self):
-        self.harness_config = load_config(self.path)
+        self.harness_config = load_config(self.path, _overrides(self.config))
         for case in self.harness_config.cases:
             item = HarnessCaseItem.from_parent(self, name=case.name, case=case)
             item.add_marker("harness")
@@ -189,6 +227,7 @@ def _runner(config: pytest.Config, harness_config):
             config.getoption("--harness-device"), config.getoption("--gpus"),
             config.getoption("--harness-timeout"),
             launcher=config.getoption("--harness-launcher"),
+            keep_dumps=config.getoption("--harness-keep-dumps"),
         )
         s["session_dir"].mkdir(parents=True, exist_ok=True)
         config.stash[_RUNNER] = CaseRunner(harness_config, settings)

@@ -18,6 +18,7 @@ from .config_types import (
     Compare,
     HarnessConfig,
     ModelFiles,
+    Overrides,
     Tolerance,
     Tolerances,
     TrainerSpec,
@@ -25,5 +26,5 @@ from .config_types import (
 from .errors import ConfigError
 from .load import load_config, read_tags
 
-__all__ = ["Case", "Compare", "ConfigError", "HarnessConfig", "ModelFiles", "Tolerance",
+__all__ = ["Case", "Compare", "ConfigError", "HarnessConfig", "ModelFiles", "Overrides", "Tolerance",
            "Tolerances", "TrainerSpec", "load_config", "read_tags"]

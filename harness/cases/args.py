@@ -1,44 +1,46 @@
 """A case's trainer flags: defaults < group defaults < case args, substituted and typed, with
-flags the harness owns refused and InfiniTrain-only flags set aside."""
+flags the harness owns refused."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .flags import HARNESS_OWNED, INFINITRAIN_ONLY, TRAINER_DEFAULTS, coerce
-from .schema import ARG_TYPES
+from harness.spec.flags import FLAG_TABLE, HARNESS
+
+from .flags import HARNESS_OWNED, TRAINER_DEFAULTS, coerce
 from .substitution import substitute
 from .world_size import resolve_total_batch_size, world_size
 
+# Flags the harness turns into a process count instead of passing them to its own trainer.
+_WORLD_FLAGS = ("data_parallel", "nthread_per_process")
+
 
 def resolve_args(layers, variables, failer):
-    """Merge defaults < group defaults < case args; substitute, type, map InfiniTrain flags.
-    Returns (trainer flags, world size, InfiniTrain-only flag names)."""
+    """Merge defaults < group defaults < case args; substitute and type.
+    Returns (flags, args, world size): `args` are the flags exactly as the config says (after
+    @VAR@ and typing; foreign flags as written), what a foreign trainer is launched with;
+    `flags` are the bundled trainer's resolved flags (its defaults filled in)."""
     merged: dict[str, tuple[Any, list]] = {}
     for location, args in layers:
         for name, value in args.items():
             merged[name] = (value, location + [name])
     flags: dict[str, Any] = dict(TRAINER_DEFAULTS)
-    unsupported: dict[str, Any] = {}
-    data_parallel = nthreads = None
+    given: dict[str, Any] = {}
+    counts: dict[str, tuple] = {}
     for name, (raw, location) in merged.items():
         fail = failer(location)
         if name in HARNESS_OWNED:
             fail(f"is set by the harness, not by a case: {HARNESS_OWNED[name]}")
-        if name in INFINITRAIN_ONLY:
-            unsupported[name] = substitute(raw, variables, fail)
-            continue
-        if name not in ARG_TYPES:
-            fail(f"unknown trainer flag {name!r}; expected one of: {', '.join(sorted(ARG_TYPES))}")
         value = coerce(name, substitute(raw, variables, fail), fail)
-        if name == "data_parallel":
-            data_parallel = (value, location)
-        elif name == "nthread_per_process":
-            nthreads = (value, location)
-        else:
+        if name in _WORLD_FLAGS:
+            counts[name] = (value, location)
+        if name != "data_parallel":  # ours alone: no trainer has it
+            given[name] = value
+        if name not in _WORLD_FLAGS and name in FLAG_TABLE and HARNESS in FLAG_TABLE[name].trainers:
             flags[name] = value
-    world = world_size(flags, data_parallel, nthreads, failer)
+    world = world_size(flags, counts.get("data_parallel"), counts.get("nthread_per_process"),
+                       failer)
     last_location = next(iter(merged.values()))[1][:-1] if merged else layers[-1][0]
     location = merged.get("total_batch_size", (None, last_location + ["total_batch_size"]))[1]
     resolve_total_batch_size(flags, world, location, failer)
-    return flags, world, unsupported
+    return flags, given, world

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config_types import Assets, HarnessConfig, ModelFiles, TrainerSpec
+from .config_types import Assets, HarnessConfig, ModelFiles, Overrides, TrainerSpec
 from .errors import failer_for
 from .expand import expand_cases
 from .substitution import substitute
@@ -13,9 +13,10 @@ from .substitution import substitute
 DEFAULT_MODELS = ("gpt2", "llama3")
 
 
-def build_config(path: Path, data: dict) -> HarnessConfig:
+def build_config(path: Path, data: dict, overrides: Overrides | None = None) -> HarnessConfig:
     failer = failer_for(path, data)
-    variables = dict(data.get("variables", {}))
+    overrides = overrides or Overrides()
+    variables = {**data.get("variables", {}), **overrides.variables}
     base_dir = path.parent
     models = tuple(data.get("models", DEFAULT_MODELS))
 
@@ -29,6 +30,13 @@ def build_config(path: Path, data: dict) -> HarnessConfig:
                 failer(where)(f"{text!r} is not a file path")
             entries[role] = (base_dir / text) if not Path(text).is_absolute() else Path(text)
         model_files[model] = ModelFiles(**entries)
+    for model in models:  # InfiniTrain's scripts name them <MODEL>_LLMC_FILEPATH / _INPUT_BIN
+        names = {"checkpoint": f"{model.upper()}_LLMC_FILEPATH",
+                 "input_bin": f"{model.upper()}_INPUT_BIN"}
+        if model not in model_files and all(variables.get(n) for n in names.values()):
+            model_files[model] = ModelFiles(**{
+                role: _path(base_dir, str(variables[name])) for role, name in names.items()},
+                variables=tuple(names.values()))
 
     assets_spec = data.get("assets", {})
     assets = Assets(
@@ -36,13 +44,18 @@ def build_config(path: Path, data: dict) -> HarnessConfig:
         dir=(base_dir / assets_spec["dir"]) if "dir" in assets_spec else None,
     )
     trainer_spec = data.get("trainer", {})
+    backend = overrides.backend or trainer_spec.get("backend", "harness")
+    build = overrides.build_dir or trainer_spec.get("build") or \
+        (variables.get("BUILD_DIR") if backend == "infinitrain" else None)
     try:
         trainer = TrainerSpec(
-            backend=trainer_spec.get("backend", "harness"),
+            backend=backend,
             command=tuple(substitute(item, variables, failer(["trainer", "command"]))
                           for item in trainer_spec.get("command", ())),
             version=trainer_spec.get("version"),
             env=tuple(sorted(trainer_spec.get("env", {}).items())),
+            build_dir=_path(base_dir, str(build)) if build else None,
+            launch=overrides.launch or trainer_spec.get("launch", "threads"),
         )
     except ValueError as error:
         failer(["trainer"])(str(error))
@@ -50,3 +63,9 @@ def build_config(path: Path, data: dict) -> HarnessConfig:
     tags, cases = expand_cases(data, variables, models, failer)
     return HarnessConfig(path=path, variables=variables, models=models, model_files=model_files,
                          assets=assets, trainer=trainer, tags=tags, cases=cases)
+
+
+def _path(base_dir: Path, text: str) -> Path:
+    """A config path: absolute as written, else relative to the config's folder (as
+    InfiniTrain's scripts resolve BUILD_DIR from their own folder)."""
+    return Path(text) if Path(text).is_absolute() else (base_dir / text)

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Flags that define the single-device reference (with the model and its files).
-REFERENCE_FLAGS = ("dtype", "batch_size", "sequence_length", "total_batch_size", "num_iteration",
-                   "learning_rate", "weight_decay", "optimizer", "seed")
+from harness.spec.flags import FLAG_TABLE, HARNESS, reference_args, unknown_to
+
 
 
 @dataclass(frozen=True)
@@ -62,6 +61,7 @@ class ModelFiles:
 
     checkpoint: Path | None = None
     input_bin: Path | None = None
+    variables: tuple[str, ...] = ()  # the @VAR@ names they came from, for error messages
 
     @property
     def synthetic(self) -> bool:
@@ -75,20 +75,54 @@ class Assets:
     dir: Path | None = None
 
 
+BACKENDS = ("harness", "command", "infinitrain")
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the command line says over the config file: variables (`--harness-var`), the
+    trainer backend (`--harness-trainer`), InfiniTrain's build folder and launch mode."""
+
+    variables: dict[str, Any] = field(default_factory=dict)
+    backend: str | None = None
+    build_dir: str | None = None
+    launch: str | None = None
+
+    @classmethod
+    def parse_variables(cls, items) -> dict[str, str]:
+        """NAME=VALUE items, or ValueError naming the bad one."""
+        variables = {}
+        for item in items or ():
+            name, sep, value = item.partition("=")
+            if not sep or not name.isidentifier():
+                raise ValueError(f"--harness-var {item!r}: expected NAME=VALUE")
+            variables[name] = value
+        return variables
+
+
 @dataclass(frozen=True)
 class TrainerSpec:
-    """Which trainer runs the cases: ours (`harness`) or a command template (`command`)."""
+    """Which trainer runs the cases: ours (`harness`), a command template (`command`), or
+    InfiniTrain's binaries from a build folder (`infinitrain`)."""
 
     backend: str = "harness"
     command: tuple[str, ...] = ()
     version: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    build_dir: Path | None = None  # infinitrain: the build folder
+    launch: str = "threads"  # infinitrain: threads (one process) or infini_run
 
     def __post_init__(self) -> None:
-        if self.backend not in ("harness", "command"):
-            raise ValueError(f"backend is {self.backend!r}; expected 'harness' or 'command'")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend is {self.backend!r}; expected one of "
+                             f"{', '.join(BACKENDS)}")
         if self.backend == "command" and not self.command:
             raise ValueError("backend 'command' needs a `command` template (a list of strings)")
+        if self.backend == "infinitrain" and self.build_dir is None:
+            raise ValueError("backend 'infinitrain' needs InfiniTrain's build folder "
+                             "(--infinitrain-build, `trainer.build`, or the BUILD_DIR variable)")
+        if self.launch not in ("threads", "infini_run"):
+            raise ValueError(f"launch is {self.launch!r}; expected threads or infini_run")
 
 
 @dataclass(frozen=True)
@@ -104,9 +138,9 @@ class Case:
     compare: Compare
     source: str  # e.g. "test_groups[1].tests[3]"
     description: str = ""
-    # InfiniTrain-only flags (name -> value): our trainer skips the case; a command backend
-    # gets them passed through.
-    extra_flags: dict[str, Any] = field(default_factory=dict)
+    # The flags exactly as the config says (defaults < group < case, @VAR@ substituted, typed;
+    # a foreign trainer's own flags as written): what a foreign trainer is launched with.
+    args: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         need = self.pp * self.tp
@@ -137,11 +171,24 @@ class Case:
 
     @property
     def unsupported(self) -> tuple[str, ...]:
-        return tuple(self.extra_flags)
+        """The case's flags the bundled trainer does not have (it runs nthread_per_process as
+        a process count)."""
+        return tuple(n for n in unknown_to(HARNESS, self.args) if n != "nthread_per_process")
+
+    @property
+    def passthrough(self) -> tuple[str, ...]:
+        """The case's flags the flag table does not know: passed to a foreign trainer as
+        written, and kept in its reference."""
+        return tuple(n for n in self.args if n not in FLAG_TABLE)
 
     def reference_flags(self) -> dict[str, Any]:
-        """The flags of this case's single-device reference run."""
-        return {name: self.flags[name] for name in REFERENCE_FLAGS if name in self.flags}
+        """The bundled trainer's reference flags: the resolved flags minus the topology."""
+        return reference_args(self.flags)
+
+    def reference_args(self) -> dict[str, Any]:
+        """A foreign trainer's reference flags: the case's own flags minus the topology
+        (and output, resume); every flag that changes the mathematics stays."""
+        return reference_args(self.args)
 
 
 @dataclass(frozen=True)

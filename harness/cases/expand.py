@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .args import resolve_args
 from .config_types import Case, Compare, Tolerance, Tolerances
-from .flags import DTYPES
+from harness.spec.flags import DTYPES
 
 # atol per dtype (InfiniTrain's loss thresholds); rtol 0 unless configured.
 DEFAULT_ATOL = {"float32": 1e-5, "bfloat16": 1e-2}
@@ -38,7 +38,7 @@ def expand_cases(data: dict, variables: dict, models: tuple[str, ...],
                 failer(where + ["id"])(f"duplicate case id {test['id']!r} in tag {tag!r} "
                                        f"(also {seen[key]}); ids must be unique within a tag")
             seen[key] = source
-            flags, world_size, unsupported = resolve_args(
+            flags, args, world_size = resolve_args(
                 [(["defaults"], top_defaults),
                  (["test_groups", g, "defaults"], group.get("defaults", {})),
                  (where + ["args"], test.get("args", {}))],
@@ -53,7 +53,7 @@ def expand_cases(data: dict, variables: dict, models: tuple[str, ...],
                     tag=tag, case_id=test["id"], model=model, flags=dict(flags),
                     world_size=world_size, tolerances=tolerances, compare=compare,
                     source=source, description=test.get("description", ""),
-                    extra_flags=dict(unsupported),
+                    args=dict(args),
                 ))
     return tuple(tags), tuple(cases)
 

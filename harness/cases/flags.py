@@ -1,17 +1,15 @@
-"""The trainer flags a case may set: who owns which (the harness, InfiniTrain only, the
-trainer), the trainer's defaults, and each flag's typed value after @VAR@ substitution."""
+"""The trainer flags a case may set, read from the flag table (`harness.spec.flags`): which the
+harness owns, the bundled trainer's defaults, and each flag's typed value after @VAR@
+substitution. A flag the table does not know is a foreign trainer's own: kept as written."""
 
 from __future__ import annotations
 
-import math
-import re
+from dataclasses import replace
 from typing import Any
 
-from harness.trainer.flags import DTYPES, OPTIMIZERS, SCHEDULES, TrainerFlags  # no torch
+from harness.spec.flags import FLAG_TABLE, FLAGS, FlagError, expected
 
-from .schema import ARG_TYPES
-
-# Flags the harness sets itself for every run; a case may not set them.
+# Flags the harness sets itself for every run, and what a config does instead.
 HARNESS_OWNED = {
     "model": "list the model in `models`",
     "llmc_filepath": "set `model_files.<model>.checkpoint`",
@@ -21,64 +19,32 @@ HARNESS_OWNED = {
     "dump_gradients": "the harness dumps gradients when `compare.gradients` is true",
     "profile_layers": "not a precision-test setting",
 }
-# InfiniTrain flags (scripts/test_config.json) our trainer does not implement: a case using one
-# is collected and skipped with the reason, so their whole file loads.
-INFINITRAIN_ONLY = frozenset({
-    "zero_stage", "use_distributed_optimizer", "lr_decay_style", "min_lr", "lr_warmup_iters",
-    "lr_warmup_init", "lr_decay_iters", "activation_recompute", "recompute_granularity",
-    "recompute_method", "recompute_num_layers", "lora_rank", "lora_alpha",
-    "lora_target_modules", "save", "load", "save_interval", "save_optimizer_state",
-    "max_checkpoint_keep", "global_batch_size", "micro_batch_size", "flash", "llmc_filepath_val",
-    "input_val_bin", "val_loss_every", "sample_every", "overfit_single_batch", "grad_clip",
-    "num_threads",
-})
-# Defaults of the hyper-parameters every case resolves (the trainer's own defaults).
+assert set(HARNESS_OWNED) == {f.name for f in FLAGS if f.owner == "harness"}, \
+    "HARNESS_OWNED must name exactly the flag table's harness-owned flags"
+# The bundled trainer's defaults of the hyper-parameters every case resolves.
 TRAINER_DEFAULTS = {
-    name: getattr(TrainerFlags(), name)
+    name: FLAG_TABLE[name].default
     for name in ("dtype", "batch_size", "sequence_length", "num_iteration", "learning_rate",
                  "weight_decay", "optimizer", "seed", "tensor_parallel", "sequence_parallel",
                  "pipeline_parallel", "virtual_pipeline_parallel")
 }
-_INT_FLAGS = {n for n, t in ARG_TYPES.items() if "integer" in t["type"]}
-_NUM_FLAGS = {n for n, t in ARG_TYPES.items() if "number" in t["type"]}
-_BOOL_FLAGS = {n for n, t in ARG_TYPES.items() if "boolean" in t["type"]}
 
 
 def coerce(name: str, value: Any, fail) -> Any:
-    """The typed value of one trainer flag (after substitution)."""
-    if name in _BOOL_FLAGS:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        fail(f"{value!r} is not a boolean; expected true or false")
-    if name in _INT_FLAGS:
-        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            fail(f"{value!r} is not an integer")
-        if name != "seed" and value <= 0:
-            fail(f"{value!r} is not a positive integer")
-        if name == "seed" and not -(2**63) <= value <= 2**64 - 1:
-            fail(f"{value!r} is out of range; expected an integer from -2**63 to 2**64-1")
+    """The typed value of one flag (after substitution); a foreign flag's value as written."""
+    flag = FLAG_TABLE.get(name)
+    if flag is None:
         return value
-    if name in _NUM_FLAGS:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                fail(f"{value!r} is not a number")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value < 0:
-            fail(f"{value!r} is not a finite number >= 0")
-        return float(value)
-    if name == "dtype" and value not in DTYPES:
-        fail(f"{value!r} is not one of {', '.join(DTYPES)}")
-    if name == "optimizer" and value not in OPTIMIZERS:
-        fail(f"{value!r} is not one of {', '.join(OPTIMIZERS)}")
-    if name == "pipeline_schedule":
-        if value not in SCHEDULES:
-            fail(f"{value!r} is not one of {', '.join(SCHEDULES)}")
-    if not isinstance(value, str):
-        fail(f"{value!r} is not a string")
-    return value
+    try:
+        return flag.check(value)
+    except FlagError:
+        pass
+    try:  # the right type, out of bounds?
+        replace(flag, minimum=None, value_range=None, choices=()).check(value)
+    except FlagError:
+        fail(f"{value!r} is not {_KIND[flag.type]}")
+    fail(f"{value!r} is not {expected(flag)}")
+
+
+_KIND = {int: "an integer", float: "a number", bool: "a boolean; expected true or false",
+         str: "a string"}

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from .build import build_config
-from .config_types import HarnessConfig
+from .config_types import HarnessConfig, Overrides
 from .errors import ConfigError
 from .validate import validate_schema
 
@@ -28,7 +28,7 @@ def read_tags(path: str | Path) -> list[str]:
         return []
 
 
-def load_config(path: str | Path) -> HarnessConfig:
+def load_config(path: str | Path, overrides: Overrides | None = None) -> HarnessConfig:
     path = Path(path)
     try:
         text = path.read_text()
@@ -43,7 +43,7 @@ def load_config(path: str | Path) -> HarnessConfig:
     except ValueError as error:
         raise ConfigError(f"{path}: invalid JSON: {error}") from None
     validate_schema(path, data)
-    return build_config(path, data)
+    return build_config(path, data, overrides)
 
 
 def _reject_constant(name: str):

@@ -11,38 +11,18 @@ from __future__ import annotations
 
 import json
 
+from harness.spec.flags import FLAGS
+
 SCHEMA_ID = "https://example.invalid/harness/test_config.schema.json"
 
-# Trainer flags a case may set (InfiniTrain's names), with their JSON types. Strings are allowed
-# for every flag because "@VAR@" substitution happens after validation; the loader checks the
-# substituted value's type.
-_INT = {"type": ["integer", "string"]}
-_NUM = {"type": ["number", "string"]}
-_BOOL = {"type": ["boolean", "string"]}
+# Trainer flags a case may set (the flag table's case-owned flags), with their JSON types.
+# Strings are allowed for every flag because "@VAR@" substitution happens after validation; the
+# loader checks the substituted value's type.
 _STR = {"type": "string"}
+_JSON_TYPE = {int: ["integer", "string"], float: ["number", "string"],
+              bool: ["boolean", "string"], str: "string"}
 ARG_TYPES: dict[str, dict] = {
-    "dtype": {"type": "string"},
-    "batch_size": _INT,
-    "sequence_length": _INT,
-    "total_batch_size": _INT,
-    "num_iteration": _INT,
-    "learning_rate": _NUM,
-    "weight_decay": _NUM,
-    "optimizer": _STR,
-    "seed": _INT,
-    "tensor_parallel": _INT,
-    "sequence_parallel": _BOOL,
-    "pipeline_parallel": _INT,
-    "virtual_pipeline_parallel": _INT,
-    "pipeline_layer_partition": _STR,
-    "pipeline_layer_costs": _STR,
-    "pipeline_chunk_layout": _STR,
-    "pipeline_model_parallel_layout": _STR,
-    "pipeline_schedule": _STR,
-    # Ours: data-parallel degree; world size = data_parallel * tensor_parallel * pipeline_parallel.
-    "data_parallel": _INT,
-    # InfiniTrain's: the number of devices (processes here); world size, dp = it / (tp * pp).
-    "nthread_per_process": _INT,
+    flag.name: {"type": _JSON_TYPE[flag.type]} for flag in FLAGS if flag.owner == "case"
 }
 
 _TOLERANCE = {
@@ -69,9 +49,8 @@ _MODELS = {
     "minItems": 1,
     "uniqueItems": True,
 }
-# Case args: our trainer's flags, plus any other lower-case name (InfiniTrain flags our trainer
-# lacks, e.g. zero_stage): the loader refuses unknown names, except InfiniTrain's own, whose
-# cases are collected and skipped with the reason.
+# Case args: the flag table's flags, plus any other lower-case name: a foreign trainer's own
+# flag, passed to it as written (the bundled trainer skips such a case, naming the flag).
 _ARGS = {
     "type": "object",
     "properties": ARG_TYPES,
@@ -131,8 +110,10 @@ SCHEMA: dict = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "backend": {"enum": ["harness", "command"]},
+                "backend": {"enum": ["harness", "command", "infinitrain"]},
                 "command": {"type": "array", "items": _STR, "minItems": 1},
+                "build": _STR,
+                "launch": {"enum": ["threads", "infini_run"]},
                 "version": _STR,
                 "env": {"type": "object", "additionalProperties": _STR},
             },

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.spec.flags import flag_argv
+
 from .process import ProcessResult
 
 PLACEHOLDERS = ("python", "world_size", "port", "output_dir", "gradients_dir", "log_dir",
@@ -55,6 +57,9 @@ class RunOutputs:
     steps: list[dict]
     gradients_dir: Path | None
     run_record: dict | None
+    # What went wrong although the launcher may have exited 0 (a fatal log line, a rejected
+    # flag, missing steps), in one line; None when the outputs are whole.
+    problem: str | None = None
 
 
 class TrainerBackend(Protocol):
@@ -72,14 +77,7 @@ class TrainerBackend(Protocol):
 
     def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None: ...
 
-
-def flag_argv(flags: dict[str, Any]) -> list[str]:
-    argv = []
-    for name, value in flags.items():
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        argv.append(f"--{name}={value}")
-    return argv
+    def working_dir(self, spec: LaunchSpec) -> Path | None: ...
 
 
 def base_environment(spec: LaunchSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -218,6 +216,9 @@ class HarnessBackend:
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         return base_environment(spec, self.env)
 
+    def working_dir(self, spec: LaunchSpec) -> Path | None:
+        return None
+
     def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
         return RunOutputs(
             steps=read_jsonl(spec.output_dir / "steps.jsonl"),
@@ -304,6 +305,9 @@ class CommandBackend:
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         return base_environment(spec, self.env)
+
+    def working_dir(self, spec: LaunchSpec) -> Path | None:
+        return None
 
     def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
         steps = read_jsonl(spec.output_dir / "steps.jsonl")

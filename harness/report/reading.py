@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.results.records import FIELDS, RESULT_FORMAT, STATUSES
+from harness.results.records import FIELDS, READABLE_FORMATS, RESULT_FORMAT, STATUSES
 from harness.results.session import HEADER_NAME  # optional; docs/results_format.md
 from harness.results.session import SESSION_FORMAT as HEADER_FORMAT
 
@@ -132,7 +132,7 @@ def _parse(line: str) -> tuple[str | None, dict | None]:
     kind = data.get("format")
     if kind == HEADER_FORMAT:  # a header line inside the results file is allowed too
         return None, None
-    if kind != RESULT_FORMAT:
+    if kind not in READABLE_FORMATS:
         return f"format {kind!r}, expected {RESULT_FORMAT!r}", None
     if data.get("status") not in STATUSES:
         return f"status {data.get('status')!r}, expected one of {', '.join(STATUSES)}", None

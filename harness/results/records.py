@@ -2,11 +2,13 @@
 file, appended under a file lock (one write per record, flushed and fsync'ed), so pytest-xdist
 workers never lose or interleave records. `python -m harness.report` reads these files.
 
-Record (format harness.result/1), every key always present (null where it does not apply):
+Record (format harness.result/2), every key always present (null where it does not apply):
 
     format, session, worker, nodeid, name (tag/model/id), tag, model, case_id, description,
     status (passed | failed | skipped | error), reason (one line), errors (list of texts),
-    world_size, parallel {pp, tp, dp, vpp, sequence_parallel}, flags (trainer flags),
+    world_size, parallel {pp, tp, dp, vpp, sequence_parallel}, trainer (the backend: harness,
+    command, infinitrain), flags (the flags the run was launched with), passthrough_flags
+    (the case's flags the flag table does not know, passed to the trainer as written),
     layout (run.json's layout dict), layout_text, device, devices (leased slots),
     compare {loss, gradients}, tolerances {loss {atol, rtol}, gradients {atol, rtol}},
     loss (diff summary: steps, mismatched, max_abs_diff, first_diverging_step, ...),
@@ -30,10 +32,13 @@ from typing import Any
 
 from filelock import FileLock
 
-RESULT_FORMAT = "harness.result/1"
+RESULT_FORMAT = "harness.result/2"
+# Formats the readers accept: /2 added `trainer` and `passthrough_flags` (absent in /1 records).
+READABLE_FORMATS = ("harness.result/1", RESULT_FORMAT)
 FIELDS = (
     "format", "session", "worker", "nodeid", "name", "tag", "model", "case_id", "description",
-    "status", "reason", "errors", "world_size", "parallel", "flags", "layout", "layout_text",
+    "status", "reason", "errors", "world_size", "parallel", "trainer", "flags",
+    "passthrough_flags", "layout", "layout_text",
     "device", "devices", "compare", "tolerances", "loss", "gradients", "losses",
     "reference_losses", "tokens_per_s", "peak_memory_mb", "step_time_ms", "reference",
     "command", "returncode", "timed_out", "failing_rank", "logs", "output_dir", "environment",
@@ -87,7 +92,7 @@ def read_results(path: str | os.PathLike) -> list[dict]:
     for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if line.strip():
             record = json.loads(line)
-            if record.get("format") != RESULT_FORMAT:
+            if record.get("format") not in READABLE_FORMATS:
                 raise ValueError(f"{path}:{number}: format {record.get('format')!r}, "
                                  f"expected {RESULT_FORMAT!r}")
             records.append(record)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
+from harness.compare.dumps import folder_bytes, settle_dumps
+from harness.compare.verdict import relative_thresholds
 from harness.launch import (
     CommandBackend,
     DeviceLeases,
@@ -22,6 +24,12 @@ from harness.launch import (
 from harness.launch.backends import read_jsonl
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 
+from .checkpoints import (
+    announce_checkpoint,
+    mark_checkpoint_done,
+    reroot_checkpoints,
+    wait_for_checkpoint,
+)
 from .diagnosis import crash_text, mismatch_text
 from .planned_layout import layout_from_flags, num_layers
 from .record import now, set_layout, start_record, throughput
@@ -30,10 +38,15 @@ from .steps_file import write_steps
 
 
 def make_backend(config: HarnessConfig):
+    """The trainer backend the config (or the command line) names."""
     spec = config.trainer
     if spec.backend == "command":
         return CommandBackend(spec.command, version=spec.version, env=dict(spec.env),
                               base_dir=config.path.parent)
+    if spec.backend == "infinitrain":
+        from harness.launch.infinitrain import InfiniTrainBackend
+
+        return InfiniTrainBackend(spec.build_dir, spec.launch, env=dict(spec.env))
     return HarnessBackend(env=dict(spec.env))
 
 
@@ -58,17 +71,42 @@ class CaseRunner:
                                        seed=self.config.assets.seed)
                 self._files[model] = (assets.checkpoint(model), assets.tokens(model, "train"))
             else:
-                for path in (files.checkpoint, files.input_bin):
+                for role, path in (("checkpoint", files.checkpoint),
+                                   ("input_bin", files.input_bin)):
                     if not path.is_file():
-                        raise FileNotFoundError(f"{self.config.path}: model_files.{model}: "
-                                                f"{path} does not exist")
+                        where = f"model_files.{model}.{role}"
+                        if files.variables:
+                            name = files.variables[0 if role == "checkpoint" else 1]
+                            where = (f"variable {name} (set it with --harness-var "
+                                     f"{name}=PATH)")
+                        raise FileNotFoundError(f"{self.config.path}: {where}: {path} does "
+                                                f"not exist")
                 self._files[model] = (files.checkpoint, files.input_bin)
         return self._files[model]
 
+    def announce(self, case: Case) -> None:
+        """Before any case runs: say which checkpoints this session's cases will save."""
+        if self.foreign:
+            announce_checkpoint(self.run_flags(case))
+
+    @property
+    def foreign(self) -> bool:
+        """A trainer other than the bundled one: launched with the case's flags as written."""
+        return self.backend.name != "harness"
+
+    def run_flags(self, case: Case, reference: bool = False) -> dict:
+        """The flags a run is launched with: the bundled trainer gets its resolved flags; a
+        foreign trainer the case's flags as written, checkpoint paths moved under the session.
+        A reference run drops the topology (the reference rule, harness.spec.flags)."""
+        if not self.foreign:
+            return case.reference_flags() if reference else dict(case.flags)
+        args = case.reference_args() if reference else dict(case.args)
+        return reroot_checkpoints(args, self.settings.session_dir / "checkpoints" / case.model)
+
     def skip_reason(self, case: Case) -> str | None:
-        if case.unsupported and self.backend.name == "harness":
-            return (f"uses InfiniTrain flag(s) {', '.join(case.unsupported)} that the harness "
-                    f"trainer does not implement")
+        if case.unsupported and not self.foreign:
+            return (f"uses flag(s) {', '.join(case.unsupported)} that the harness trainer "
+                    f"does not implement")
         if case.world_size > self.settings.slots:
             return (f"needs {case.world_size} devices (dp {case.dp} x tp {case.tp} x pp "
                     f"{case.pp}), but --gpus allows {self.settings.slots}")
@@ -79,6 +117,7 @@ class CaseRunner:
     def run(self, case: Case, nodeid: str = "") -> Outcome:
         started = time.time()
         record = start_record(case, self.settings, nodeid)
+        record["trainer"] = self.backend.name
         # The layout the flags ask for, so skipped and crashed cases carry one too; a run that
         # records its own layout (run.json) replaces it below.
         set_layout(record, layout_from_flags(case, self.num_layers(case.model)))
@@ -88,6 +127,8 @@ class CaseRunner:
             outcome = self._run(case, record, timings)
         except Exception as error:  # a harness-side problem: recorded, then shown
             outcome = Outcome("error", f"{case.name}: {type(error).__name__}: {error}")
+        if self.foreign:  # a resume case waiting on this one must not wait for nothing
+            mark_checkpoint_done(self.run_flags(case), ok=False, overwrite=False)
         record["status"] = outcome.status
         record["reason"] = outcome.message.splitlines()[0] if outcome.message else None
         if outcome.status in ("failed", "error"):
@@ -110,13 +151,19 @@ class CaseRunner:
                                "built": reference.built, "command": reference.info.get("command")}
 
         out = self.settings.session_dir / "cases" / case.tag / case.model / case.case_id
-        flags = dict(case.flags)
-        if self.backend.name != "harness":
-            flags.update(case.extra_flags)
+        flags = self.run_flags(case)
+        no_gradients = self.gradients_unavailable(case.model, flags)
+        if case.compare.gradients and no_gradients:
+            record["gradients"] = {"compared": False, "reason": no_gradients}
+        waited = wait_for_checkpoint(flags, self.settings.timeout_s)
+        if waited:
+            return Outcome("skipped", waited)
+        record["flags"] = flags  # what the run is launched with
         spec = LaunchSpec(
             case=case.name, model=case.model, flags=flags, world_size=case.world_size,
             checkpoint=checkpoint, input_bin=input_bin, output_dir=out,
-            gradients_dir=(out / "gradients") if case.compare.gradients else None,
+            gradients_dir=(out / "gradients") if case.compare.gradients and not no_gradients
+            else None,
             log_dir=out / "logs", device=self.settings.device,
         )
         record["output_dir"] = str(out)
@@ -146,32 +193,41 @@ class CaseRunner:
         steps = outputs.steps
         record["losses"] = [s.get("loss") for s in steps]
         record.update(throughput(steps))
+        mark_checkpoint_done(flags, result.ok and not outputs.problem)
 
-        if not result.ok:
+        if not result.ok or outputs.problem:
             failing = self.backend.failing_rank(spec, result)
             if failing is None and spec.world_size == 1:
                 failing = "0"  # one process: it is the one that failed
             record["failing_rank"] = failing
-            return Outcome("failed", self._crash_text(case, spec, result, failing, rank_logs))
+            return Outcome("failed", self._crash_text(case, spec, result, failing, rank_logs,
+                                                      problem=outputs.problem))
 
         t = time.time()
         lines = []
         ok = True
         ref_steps = read_jsonl(reference.steps_file)
+        first = self.first_step(flags)
+        ref_steps = [s for s in ref_steps if int(s.get("step", 0)) >= first]
         record["reference_losses"] = [s.get("loss") for s in ref_steps]
+        relative = relative_thresholds(case.flags.get("dtype"))  # the scale-free verdict
         if case.compare.loss:
-            loss = compare_losses(steps, ref_steps, case.tolerances.loss)
+            loss = compare_losses(steps, ref_steps, case.tolerances.loss, relative.loss)
             record["loss"] = loss.to_dict()
             ok &= loss.ok
             lines += loss_lines(loss)
-        if case.compare.gradients:
+        if case.compare.gradients and spec.gradients_dir is not None:
             grads = compare_gradients(outputs.gradients_dir, reference.gradients_dir,
                                       case.tolerances.gradients,
-                                      Locator.from_layout(layout, case.model))
+                                      Locator.from_layout(layout, case.model),
+                                      relative=relative.gradients)
             record["gradients"] = grads.to_dict()
             ok &= grads.ok
             lines += gradient_lines(grads)
         timings["compare_s"] = time.time() - t
+        record["dumps"] = settle_dumps(spec.gradients_dir, bool(ok),
+                                       getattr(self.settings, "keep_dumps", "failed"))
+        record["disk_bytes"] = folder_bytes(spec.output_dir)
         if ok:
             return Outcome("passed", "")
         return Outcome("failed", mismatch_text(case, lines, spec.output_dir, reference.path,
@@ -186,10 +242,19 @@ class CaseRunner:
             return launch(spec, self.settings)
         return run_process(self.backend.command(spec), self.backend.environment(spec),
                            self.settings.timeout_s, spec.log_dir / "launcher.stdout",
-                           spec.log_dir / "launcher.stderr")
+                           spec.log_dir / "launcher.stderr", cwd=self.backend.working_dir(spec))
+
+    def gradients_unavailable(self, model: str, flags: dict) -> str | None:
+        """Why this trainer cannot give comparable gradients for these flags, or None."""
+        ask = getattr(self.backend, "gradients_unavailable", None)
+        return ask(model, flags) if ask else None
+
+    def first_step(self, flags: dict) -> int:
+        ask = getattr(self.backend, "first_step", None)
+        return ask(flags) if ask else 1
 
     def reference(self, case: Case, checkpoint: Path, input_bin: Path):
-        flags = case.reference_flags()
+        flags = self.run_flags(case, reference=True)
         key = reference_key(case.model, {"checkpoint": checkpoint, "input_bin": input_bin}, flags,
                             self.settings.device, self.backend.version())
         name = self.references.entry_name(key)
@@ -205,16 +270,22 @@ class CaseRunner:
             with self.leases.lease(1) as slots:
                 spec.slots = slots
                 result = self._launch(spec)
-            outputs = self.backend.collect(spec, result)
+                outputs = self.backend.collect(spec, result)
+                learn = getattr(self.backend, "learn", None)
+                if learn and learn(spec, outputs):  # e.g. a binary without --dump_gradients
+                    result = self._launch(spec)
+                    outputs = self.backend.collect(spec, result)
+            no_gradients = self.gradients_unavailable(case.model, flags)
             problem = None
-            if not result.ok:
+            if not result.ok or outputs.problem:
                 problem = self._crash_text(case, spec, result, None,
-                                           self._rank_logs(spec, result), what="reference")
+                                           self._rank_logs(spec, result), what="reference",
+                                           problem=outputs.problem)
             elif not outputs.steps:
                 problem = f"the reference run of {case.model} recorded no steps"
             elif not all(math.isfinite(float(s["loss"])) for s in outputs.steps):
                 problem = f"the reference run of {case.model} has a non-finite loss"
-            elif not list((folder / "gradients").glob("*.npy")):
+            elif not no_gradients and not list((folder / "gradients").glob("*.npy")):
                 problem = f"the reference run of {case.model} dumped no gradients"
             if problem:
                 if "command:" not in problem:
@@ -243,5 +314,7 @@ class CaseRunner:
         return num_layers(self.config, model, checkpoint)
 
     def _crash_text(self, case: Case, spec: LaunchSpec, result: ProcessResult,
-                    failing: str | None, rank_logs: dict, what: str = "run") -> str:
-        return crash_text(case, spec, result, failing, rank_logs, self.settings.timeout_s, what)
+                    failing: str | None, rank_logs: dict, what: str = "run",
+                    problem: str | None = None) -> str:
+        return crash_text(case, spec, result, failing, rank_logs, self.settings.timeout_s, what,
+                          problem)

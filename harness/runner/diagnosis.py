@@ -14,8 +14,11 @@ TAIL_LINES = 25
 
 
 def crash_text(case: Case, spec: LaunchSpec, result: ProcessResult, failing: str | None,
-               rank_logs: dict, timeout_s: float, what: str = "run") -> str:
-    if result.timed_out:
+               rank_logs: dict, timeout_s: float, what: str = "run",
+               problem: str | None = None) -> str:
+    if problem and not result.timed_out:
+        reason = problem if result.returncode == 0 else f"{problem} (exit code {result.returncode})"
+    elif result.timed_out:
         reason = (f"timed out after {timeout_s:g} s (--harness-timeout); "
                   f"every process of the run was killed")
     elif result.returncode is not None and result.returncode < 0:
@@ -28,7 +31,8 @@ def crash_text(case: Case, spec: LaunchSpec, result: ProcessResult, failing: str
              f"command: {shlex.join(result.argv)}",
              f"launcher log: {result.stdout}"]
     shown = False
-    ranks = [failing] if failing in rank_logs else (sorted(rank_logs) if result.timed_out else [])
+    ranks = [failing] if failing in rank_logs else \
+        (sorted(rank_logs) if result.timed_out or problem else [])
     for rank in ranks:
         per_rank = TAIL_LINES if failing is not None else 6
         for path in rank_logs[rank]:

@@ -20,7 +20,8 @@ def start_record(case: Case, settings: Settings, nodeid: str) -> dict:
         description=case.description, world_size=case.world_size,
         parallel={"pp": case.pp, "tp": case.tp, "dp": case.dp, "vpp": case.vpp,
                   "sequence_parallel": bool(case.flags.get("sequence_parallel"))},
-        flags={**case.flags, **case.extra_flags}, device=settings.device,
+        flags={**case.flags, **case.args}, passthrough_flags=list(case.passthrough),
+        device=settings.device,
         compare=case.compare.to_dict(), tolerances=case.tolerances.to_dict(),
         started_at=now(),
     )

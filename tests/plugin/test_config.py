@@ -148,8 +148,15 @@ def test_infinitrain_config_loads_and_maps_onto_our_flags():
     assert eight.flags["sequence_parallel"] is True
     assert cases["basic/gpt2/1"].world_size == 1
     assert cases["zero/gpt2/3_zero2"].unsupported == ("zero_stage",)
-    assert cases["checkpoint/gpt2/ckpt_no_resume"].extra_flags["save"] == "/data/ckpt/no_resume"
+    assert cases["checkpoint/gpt2/ckpt_no_resume"].args["save"] == "/data/ckpt/no_resume"
     assert not cases["basic/gpt2/8"].unsupported
+    # The flags exactly as the file says (no defaults invented), and the reference rule.
+    assert three.args == {"dtype": "float32", "nthread_per_process": 8, "num_iteration": 10,
+                          "batch_size": 10, "total_batch_size": 5120}
+    assert three.reference_args() == {"dtype": "float32", "num_iteration": 10,
+                                      "batch_size": 10, "total_batch_size": 5120}
+    assert eight.reference_args() == cases["basic/llama3/2"].reference_args() | {
+        "batch_size": 40}
 
 
 def test_infinitrain_only_flags_skip_on_our_trainer_and_pass_through_a_command(tmp_path):
@@ -161,7 +168,7 @@ def test_infinitrain_only_flags_skip_on_our_trainer_and_pass_through_a_command(t
     runner = CaseRunner(config, settings)
     cases = {c.name: c for c in config.cases}
     assert runner.skip_reason(cases["zero/gpt2/3_zero2"]) == (
-        "uses InfiniTrain flag(s) zero_stage that the harness trainer does not implement")
+        "uses flag(s) zero_stage that the harness trainer does not implement")
     assert runner.skip_reason(cases["basic/gpt2/3"]) == (
         "needs 8 devices (dp 8 x tp 1 x pp 1), but --gpus allows 4")
     assert runner.skip_reason(cases["basic/gpt2/2"]) is None

@@ -1,0 +1,226 @@
+"""InfiniTrain's own GPT-2 / LLaMA 3 binaries as the trainer under test.
+
+What this backend knows about them (see docs/infinitrain.md, checked in InfiniTrain's source):
+
+- A build folder holds `gpt2`, `llama3` and `infini_run` (or `tools/infini_run/infini_run`).
+  Every run gets its own working folder: the binaries exchange NCCL ids through
+  `cclUniqueId_*.bin` files in the current folder, so two runs in one folder collide.
+- Two launch modes: `threads` (InfiniTrain's scripts: one process, `--nthread_per_process N`)
+  and `infini_run` (`infini_run --nproc_per_node N -- ./gpt2 ...`, one process per device).
+- Flags are gflags, strict: the command carries the case's flags exactly as the config says,
+  plus the model's files and the device; nothing the harness invented.
+- The step line goes through glog: to stderr (prefixed `E20260625 05:21:33.123456 12345
+  main.cc:NNN] `) and to glog's log files, which the harness points at the run's log folder
+  (GLOG_log_dir). A fatal line (`F...`) is a crash; so is exit 0 with steps missing, since
+  infini_run exits 0 whatever its children do.
+- `--dump_gradients` exists only where InfiniTrain's #209 added it (GPT-2): a binary that
+  rejects the flag is run without it and its cases are compared on loss only, said so. TP
+  ranks write their shards un-gathered under the full name, and a resumed run dumps after
+  its first resumed step: those cases are compared on loss only, with that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from harness.spec.flags import flag_argv
+
+from .backends import LaunchSpec, RunOutputs, base_environment, parse_step_lines
+from .process import ProcessResult
+
+LAUNCH_MODES = ("threads", "infini_run")
+_LAUNCHER_PATHS = ("infini_run", "tools/infini_run/infini_run")
+_LIBRARY = re.compile(r"\.so(\.\d+)*$|\.a$")
+# glog's line prefix: severity, date, time, thread id, file:line]
+_GLOG_PREFIX = re.compile(r"^[IWEF]\d{8} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] ", re.M)
+_FATAL = re.compile(r"^F\d{8} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] (?P<message>.*)$", re.M)
+_UNKNOWN_FLAG = re.compile(r"unknown command line flag '(?P<flag>[^']+)'")
+_RANK = re.compile(r"\b[Rr]ank[ _:]*(\d+)")
+# Defaults of the two flags that decide which steps a run prints (InfiniTrain's main.cc).
+DEFAULT_NUM_ITERATION = 10
+
+
+class InfiniTrainError(ValueError):
+    """A build folder or launch setting that cannot work; the message names it."""
+
+
+class InfiniTrainBackend:
+    name = "infinitrain"
+
+    def __init__(self, build_dir: str | Path, launch: str = "threads",
+                 env: dict[str, str] | None = None) -> None:
+        self.build_dir = Path(build_dir).resolve()
+        if not self.build_dir.is_dir():
+            raise InfiniTrainError(f"--infinitrain-build {build_dir}: not a folder; expected "
+                                   f"InfiniTrain's build folder (holding gpt2 and llama3)")
+        if launch not in LAUNCH_MODES:
+            raise InfiniTrainError(f"--infinitrain-launch {launch!r}: expected one of "
+                                   f"{', '.join(LAUNCH_MODES)}")
+        self.launch = launch
+        self.env = dict(env or {})
+        self._version: str | None = None
+        # Binaries that rejected --dump_gradients (learned from their own error message).
+        self.no_gradient_dump: set[str] = set()
+
+    # ------------------------------------------------------------------ the build
+
+    def binary(self, model: str) -> Path:
+        path = self.build_dir / model
+        if not path.is_file():
+            raise InfiniTrainError(f"{self.build_dir}: no `{model}` binary in InfiniTrain's "
+                                   f"build folder (build it, or leave {model} out of the "
+                                   f"config's models)")
+        return path
+
+    def launcher(self) -> Path:
+        for relative in _LAUNCHER_PATHS:
+            if (self.build_dir / relative).is_file():
+                return self.build_dir / relative
+        raise InfiniTrainError(f"{self.build_dir}: no infini_run launcher (looked for "
+                               f"{', '.join(_LAUNCHER_PATHS)}); build it or use "
+                               f"--infinitrain-launch threads")
+
+    def version(self) -> str:
+        """A content hash of the binaries and the build's libraries: a rebuild is a new
+        reference."""
+        if self._version is None:
+            digest = hashlib.sha256()
+            files = [self.build_dir / n for n in ("gpt2", "llama3", *_LAUNCHER_PATHS)]
+            files += sorted(p for p in self.build_dir.rglob("*")
+                            if p.is_file() and _LIBRARY.search(p.name))
+            for path in files:
+                if path.is_file():
+                    digest.update(str(path.relative_to(self.build_dir)).encode() + b"\0")
+                    with open(path, "rb") as stream:
+                        for block in iter(lambda: stream.read(1 << 20), b""):
+                            digest.update(block)
+            self._version = f"infinitrain-{digest.hexdigest()[:16]}"
+        return self._version
+
+    # ------------------------------------------------------------------ what is compared
+
+    def gradients_unavailable(self, model: str, args: dict) -> str | None:
+        """Why a run of these flags cannot give comparable gradients, or None."""
+        if model in self.no_gradient_dump:
+            return f"not dumped by this trainer (its {model} binary has no --dump_gradients)"
+        if int(args.get("tensor_parallel", 1)) > 1:
+            return ("not compared under tensor parallelism: InfiniTrain writes each TP rank's "
+                    "shard un-gathered under the full name")
+        if args.get("load"):
+            return ("not compared for a resumed run: InfiniTrain dumps after the run's first "
+                    "step, which the reference's dump (step 1) does not match")
+        return None
+
+    def first_step(self, args: dict) -> int:
+        """The first step a run prints: 1, or the resumed checkpoint's step + 1."""
+        match = re.search(r"checkpoint_step_(\d+)", str(args.get("load") or ""))
+        return int(match.group(1)) + 1 if match else 1
+
+    def expected_steps(self, args: dict) -> list[int]:
+        last = int(args.get("num_iteration", DEFAULT_NUM_ITERATION))
+        return list(range(self.first_step(args), last + 1))
+
+    # ------------------------------------------------------------------ the run
+
+    def working_dir(self, spec: LaunchSpec) -> Path:
+        folder = spec.output_dir / "work"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def command(self, spec: LaunchSpec) -> list[str]:
+        args = dict(spec.flags)
+        common = [f"--input_bin={spec.input_bin}", f"--llmc_filepath={spec.checkpoint}",
+                  f"--device={spec.device}"]
+        if spec.gradients_dir is not None and spec.model not in self.no_gradient_dump:
+            common.append(f"--dump_gradients={spec.gradients_dir}")
+        binary = str(self.binary(spec.model))
+        if spec.world_size == 1:
+            return [binary, *common, *flag_argv(args)]
+        if self.launch == "threads":
+            # The launch mode owns the device count; a case that gives it says the same.
+            args["nthread_per_process"] = spec.world_size
+            return [binary, *common, *flag_argv(args)]
+        args.pop("nthread_per_process", None)
+        return [str(self.launcher()), f"--nproc_per_node={spec.world_size}",
+                f"--rdzv_endpoint=127.0.0.1:{spec.port or 29500}", "--",
+                binary, *common, *flag_argv(args)]
+
+    def environment(self, spec: LaunchSpec) -> dict[str, str]:
+        env = base_environment(spec, self.env)
+        glog = spec.log_dir / "glog"
+        glog.mkdir(parents=True, exist_ok=True)
+        env["GLOG_log_dir"] = str(glog)
+        env.pop("GLOG_logtostderr", None)  # keep the files: they are the rank logs
+        env.pop("GLOG_logtostdout", None)
+        return env
+
+    def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
+        text = self._text(spec, result)
+        steps = parse_step_lines(text)
+        return RunOutputs(steps=steps, gradients_dir=spec.gradients_dir, run_record=None,
+                          problem=self._problem(spec, result, text, steps))
+
+    def _text(self, spec: LaunchSpec, result: ProcessResult) -> str:
+        parts = []
+        for path in [result.stderr, result.stdout, *self._glog_files(spec)]:
+            try:
+                parts.append(path.read_text(errors="replace"))
+            except OSError:
+                pass
+        return "\n".join(parts)
+
+    def _problem(self, spec: LaunchSpec, result: ProcessResult, text: str,
+                 steps: list[dict]) -> str | None:
+        unknown = _UNKNOWN_FLAG.search(text)
+        if unknown:
+            return (f"the {spec.model} binary ({self.build_dir / spec.model}) rejects the flag "
+                    f"--{unknown['flag']}: {unknown.group(0)}")
+        fatal = _FATAL.search(text)
+        if fatal:
+            return f"a rank stopped on a fatal error: {fatal['message'].strip()}"
+        if result.timed_out:
+            return None  # said by the runner, with the timeout
+        expected = self.expected_steps(spec.flags)
+        printed = {int(s["step"]) for s in steps}
+        missing = [s for s in expected if s not in printed]
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+            return (f"exit code {result.returncode} but {len(missing)} of {len(expected)} step "
+                    f"lines missing (step {shown}); a rank crashed or stopped early "
+                    f"(infini_run exits 0 whatever its children do)")
+        return None
+
+    def _glog_files(self, spec: LaunchSpec) -> list[Path]:
+        folder = spec.log_dir / "glog"
+        # glog writes <program>.<host>.<user>.log.<SEVERITY>.<time>.<pid>, and a symlink per
+        # severity; the INFO file holds every line.
+        return sorted(p for p in folder.glob("*.log.INFO.*") if p.is_file() and not p.is_symlink())
+
+    def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
+        """glog's files, one per process (named by pid: InfiniTrain's lines carry no rank)."""
+        logs: dict[str, list[Path]] = {}
+        for path in self._glog_files(spec):
+            logs.setdefault(f"pid {path.name.rsplit('.', 1)[-1]}", []).append(path)
+        if not logs:
+            logs["launcher"] = [p for p in (result.stdout, result.stderr) if p.is_file()]
+        return logs
+
+    def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None:
+        fatal = _FATAL.search(self._text(spec, result))
+        rank = _RANK.search(fatal["message"]) if fatal else None
+        return rank.group(1) if rank else None
+
+    def learn(self, spec: LaunchSpec, outputs: RunOutputs) -> bool:
+        """After a failed run: True when the binary only rejected --dump_gradients (then it is
+        remembered and the run can be repeated without it)."""
+        if outputs.problem and "rejects the flag --dump_gradients" in outputs.problem:
+            self.no_gradient_dump.add(spec.model)
+            return True
+        return False
+
+
+def strip_glog_prefix(text: str) -> str:
+    """The message of each glog line, its prefix removed."""
+    return _GLOG_PREFIX.sub("", text)

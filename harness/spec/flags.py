@@ -1,0 +1,271 @@
+"""The flag table: every trainer flag the harness knows, in one declarative list.
+
+Each flag says its type, the bundled trainer's default and help, which trainers have it, who
+sets it, and its *role*, which is what the reference rule reads:
+
+- ``mathematics``: changes what is computed (dtype, batch sizes, learning rate, LoRA, ...).
+  A case's reference keeps it.
+- ``topology``: only changes how the work is placed (pipeline / virtual pipeline / tensor /
+  sequence / data parallelism, thread or process count, layout flags, schedule, ZeRO). The
+  reference drops it: the reference of a case is the same case on one device.
+- ``output``: where a run writes things, or extra work that does not change the numbers
+  (checkpoint saving, text generation, profiling). The reference drops it.
+- ``resume``: a run that starts from a saved checkpoint; the reference drops it (it runs from
+  the start) and the resumed run's steps are compared to the reference's same steps.
+- ``input``: the model, its files and the device; the harness sets them for every run.
+
+A flag that is not in this table is a foreign trainer's own: it is passed through verbatim,
+treated as mathematics (kept in the reference, since dropping a flag that changes the numbers
+would give a wrong reference) and listed in the case's record.
+
+No torch here: the pytest plugin, the config loader and the trainer all import this module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+HARNESS = "harness"  # the bundled trainer (python -m harness.trainer)
+INFINITRAIN = "infinitrain"  # InfiniTrain's gpt2 / llama3 binaries
+BOTH = frozenset({HARNESS, INFINITRAIN})
+
+ROLES = ("mathematics", "topology", "output", "resume", "input")
+# Roles a case's reference run drops.
+DROPPED_BY_REFERENCE = frozenset({"topology", "output", "resume"})
+
+DTYPES = ("float32", "bfloat16")
+OPTIMIZERS = ("sgd", "adamw")
+DEVICES = ("cpu", "cuda")
+# The schedule names torch.distributed.pipelining knows (get_schedule_class spells them so).
+SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
+             "ZBVZeroBubble", "DualPipeV")
+# torch.manual_seed takes any integer in this range (a larger one overflows inside torch).
+SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+class FlagError(ValueError):
+    """A flag value a trainer cannot run with; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    type: type  # int, float, bool or str
+    default: Any
+    help: str
+    role: str
+    trainers: frozenset = BOTH
+    owner: str = "case"  # "case": a case may set it; "harness": the harness sets it per run
+    choices: tuple = ()
+    minimum: float | None = None  # inclusive lower bound for numbers
+    value_range: tuple | None = None  # inclusive (low, high) for integers
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"flag {self.name}: role {self.role!r}; expected one of {ROLES}")
+        if self.owner not in ("case", "harness"):
+            raise ValueError(f"flag {self.name}: owner {self.owner!r}; expected case or harness")
+
+    def check(self, value: Any) -> Any:
+        """The typed value, or FlagError naming the flag, the value and what was expected.
+        Strings are parsed as a command line would (so @VAR@ substitutions work)."""
+        return check_value(self, value)
+
+
+def _f(name, type_, default, help_, role, **more) -> Flag:
+    return Flag(name, type_, default, help_, role, **more)
+
+
+_POS = {"minimum": 1}
+_NONNEG = {"minimum": 0}
+
+FLAGS: tuple[Flag, ...] = (
+    # The model and its files: the harness sets them for every run.
+    _f("model", str, None, "gpt2 or llama3 (default: what the checkpoint holds; must agree "
+       "with it)", "input", owner="harness"),
+    _f("llmc_filepath", str, None, "llm.c checkpoint to start from", "input", owner="harness"),
+    _f("input_bin", str, None, "llm.c token file to train on", "input", owner="harness"),
+    _f("device", str, "cpu", "cpu (gloo) or cuda (nccl)", "input", owner="harness",
+       choices=DEVICES),
+    # Mathematics.
+    _f("dtype", str, "float32", "compute dtype; parameters and gradients stay float32",
+       "mathematics", choices=DTYPES),
+    _f("batch_size", int, 4, "sequences per microbatch on each data-parallel rank",
+       "mathematics", **_POS),
+    _f("sequence_length", int, 64, "tokens per sequence", "mathematics", **_POS),
+    _f("total_batch_size", int, None, "tokens per optimizer step over all ranks (default: one "
+       "microbatch)", "mathematics", **_POS),
+    _f("num_iteration", int, 10, "optimizer steps", "mathematics", **_POS),
+    _f("learning_rate", float, 1e-4, "constant learning rate", "mathematics", **_NONNEG),
+    _f("weight_decay", float, 0.0, "AdamW weight decay", "mathematics", trainers={HARNESS},
+       **_NONNEG),
+    _f("optimizer", str, "sgd", "sgd (plain, as InfiniTrain) or adamw", "mathematics",
+       trainers={HARNESS}, choices=OPTIMIZERS),
+    _f("seed", int, 42, "seed of every random choice the run makes", "mathematics",
+       trainers={HARNESS}, value_range=SEED_RANGE),
+    _f("lora_rank", int, 0, "LoRA rank (0: off)", "mathematics", trainers={INFINITRAIN}),
+    _f("lora_alpha", float, 16.0, "LoRA alpha", "mathematics", trainers={INFINITRAIN}),
+    _f("lora_target_modules", str, None, "LoRA target modules (comma list)", "mathematics",
+       trainers={INFINITRAIN}),
+    _f("lora_load_path", str, None, "LoRA weights to start from", "mathematics",
+       trainers={INFINITRAIN}),
+    _f("overfit_single_batch", bool, True, "train on one batch", "mathematics",
+       trainers={INFINITRAIN}),
+    # Topology: the reference drops these.
+    _f("tensor_parallel", int, 1, "tensor-parallel degree", "topology", **_POS),
+    _f("sequence_parallel", bool, False, "shard norms and dropout-free activations over the "
+       "TP group", "topology"),
+    _f("pipeline_parallel", int, 1, "pipeline stages", "topology", **_POS),
+    _f("virtual_pipeline_parallel", int, 1, "chunks per pipeline stage (uniform layout)",
+       "topology", **_POS),
+    _f("pipeline_layer_partition", str, None, "layers per stage, e.g. 4,8,6,6", "topology"),
+    _f("pipeline_layer_costs", str, None, "per-layer costs to balance, e.g. 1x8,L:4.5",
+       "topology"),
+    _f("pipeline_chunk_layout", str, None, "ordered STAGE:LAYERS chunk list, e.g. "
+       "0:3,1:3,1:3,0:3", "topology"),
+    _f("pipeline_model_parallel_layout", str, None, "Megatron-style layout, e.g. "
+       "'Et*3|t*3|t*3|t*3NL'", "topology"),
+    _f("pipeline_schedule", str, None, "pipeline schedule (default: the one that fits the "
+       "layout)", "topology", trainers={HARNESS}, choices=SCHEDULES),
+    # Ours: the data-parallel degree (world size = data_parallel * tp * pp); InfiniTrain's:
+    # the device (thread) count, world size, dp = it / (tp * pp). Neither is a trainer flag
+    # of ours: the harness launches that many processes.
+    _f("data_parallel", int, None, "data-parallel degree (the harness launches dp*tp*pp "
+       "processes)", "topology", trainers=frozenset(), **_POS),
+    _f("nthread_per_process", int, 1, "devices (InfiniTrain: threads of one process)",
+       "topology", trainers={INFINITRAIN}, **_POS),
+    _f("zero_stage", int, 0, "ZeRO stage (distributed optimizer)", "topology",
+       trainers={INFINITRAIN}, value_range=(0, 3)),
+    _f("use_distributed_optimizer", bool, False, "shard the optimizer over DP", "topology",
+       trainers={INFINITRAIN}),
+    # Output and extra work: the reference drops these.
+    _f("dump_gradients", str, None, "write every parameter's gradient after the first step "
+       "to this folder", "output", owner="harness"),
+    _f("output_dir", str, None, "where the step records, run record and layout are written",
+       "output", trainers={HARNESS}, owner="harness"),
+    _f("profile_layers", str, None, "write per-layer forward/backward timings (JSON lines) "
+       "to this file", "output", trainers={HARNESS}, owner="harness"),
+    _f("save", str, None, "checkpoint root folder", "output", trainers={INFINITRAIN}),
+    _f("save_interval", int, 0, "save a checkpoint every N steps", "output",
+       trainers={INFINITRAIN}),
+    _f("max_checkpoint_keep", int, 3, "checkpoints kept", "output", trainers={INFINITRAIN}),
+    _f("save_optimizer_state", bool, True, "save the optimizer state too", "output",
+       trainers={INFINITRAIN}),
+    _f("lora_save_path", str, None, "where LoRA weights are saved", "output",
+       trainers={INFINITRAIN}),
+    _f("freq_generate_txt", int, 10, "text generation every N steps", "output",
+       trainers={INFINITRAIN}),
+    _f("text_length", int, 64, "generated text length", "output", trainers={INFINITRAIN}),
+    _f("tokenizer_bin", str, None, "tokenizer for text generation", "output",
+       trainers={INFINITRAIN}),
+    _f("input_val_bin", str, None, "validation tokens", "output", trainers={INFINITRAIN}),
+    _f("val_loss_every", int, 0, "validation every N steps", "output", trainers={INFINITRAIN}),
+    _f("sample_every", int, 0, "sampling every N steps", "output", trainers={INFINITRAIN}),
+    _f("precision_check", str, None, "InfiniTrain's tensor dump config", "output",
+       trainers={INFINITRAIN}),
+    # Resume: the reference runs from the start; the resumed steps are compared.
+    _f("load", str, None, "checkpoint folder to resume from", "resume", trainers={INFINITRAIN}),
+)
+
+FLAG_TABLE: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
+HARNESS_FLAGS: tuple[Flag, ...] = tuple(f for f in FLAGS if HARNESS in f.trainers)
+# Flags that hold a path the harness re-roots under the session (checkpoints).
+CHECKPOINT_PATH_FLAGS = ("save", "load")
+
+
+def role_of(name: str) -> str:
+    """A flag's role; a flag the table does not know counts as mathematics (kept)."""
+    flag = FLAG_TABLE.get(name)
+    return flag.role if flag else "mathematics"
+
+
+def reference_args(args: dict[str, Any]) -> dict[str, Any]:
+    """The reference rule: the same flags with the topology (and output, resume) removed."""
+    return {name: value for name, value in args.items()
+            if role_of(name) not in DROPPED_BY_REFERENCE}
+
+
+def unknown_to(trainer: str, names) -> list[str]:
+    """The names among `names` that `trainer` does not have."""
+    return [n for n in names if n not in FLAG_TABLE or trainer not in FLAG_TABLE[n].trainers]
+
+
+def expected(flag: Flag) -> str:
+    """What a flag's value must be, in words."""
+    if flag.type is bool:
+        return "true or false"
+    if flag.type is int:
+        if flag.value_range == SEED_RANGE:
+            return "an integer from -2**63 to 2**64-1"
+        if flag.value_range:
+            return f"an integer from {flag.value_range[0]} to {flag.value_range[1]}"
+        if flag.minimum == 1:
+            return "a positive integer"
+        return "an integer" if flag.minimum is None else f"an integer >= {flag.minimum}"
+    if flag.type is float:
+        return "a finite number" + ("" if flag.minimum is None else f" >= {flag.minimum:g}")
+    if flag.choices:
+        return "one of " + ", ".join(flag.choices)
+    return "a string"
+
+
+def check_value(flag: Flag, value: Any) -> Any:
+    try:
+        return _typed_value(flag, value)
+    except (TypeError, ValueError):
+        raise FlagError(f"--{flag.name}={value!r}: expected {expected(flag)}") from None
+
+
+def _typed_value(flag: Flag, value: Any) -> Any:
+    """The typed value; TypeError / ValueError when it is not one the flag takes."""
+    if isinstance(value, str) and flag.type is not str:
+        text = value.strip().lower()
+        if flag.type is bool:
+            if text not in ("true", "false", "1", "0"):
+                raise ValueError(value)
+            value = text in ("true", "1")
+        else:
+            value = flag.type(text)  # int("1.5") and float("x") raise ValueError
+    if isinstance(value, bool) is not (flag.type is bool):
+        raise TypeError(value)
+    if flag.type is int and not isinstance(value, int):
+        raise TypeError(value)
+    if flag.type is float:
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(value)
+        value = float(value)
+    if flag.type is str and not isinstance(value, str):
+        raise TypeError(value)
+    if flag.minimum is not None and value < flag.minimum:
+        raise ValueError(value)
+    if flag.value_range and not flag.value_range[0] <= value <= flag.value_range[1]:
+        raise ValueError(value)
+    if flag.choices and value not in flag.choices:
+        raise ValueError(value)
+    return value
+
+
+def microbatches(total_batch_size: int, batch_size: int, sequence_length: int,
+                 data_parallel: int) -> int:
+    """Microbatches per data-parallel rank per step, or FlagError: total_batch_size =
+    microbatches * batch_size * sequence_length * data_parallel, exactly."""
+    per_pass = batch_size * sequence_length * data_parallel
+    if total_batch_size % per_pass:
+        raise FlagError(
+            f"--total_batch_size={total_batch_size} is not a multiple of --batch_size * "
+            f"--sequence_length * data-parallel size = {batch_size} * {sequence_length} * "
+            f"{data_parallel} = {per_pass}")
+    return total_batch_size // per_pass
+
+
+def flag_argv(flags: dict[str, Any]) -> list[str]:
+    """`--name=value` items (booleans as true / false, as gflags and our trainer read them)."""
+    argv = []
+    for name, value in flags.items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        argv.append(f"--{name}={value}")
+    return argv
+
