@@ -440,10 +440,13 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                     acc = _add(acc, g)
             rank_grads.append(acc)
             rank_losses.append(lossf)
-        if dp > 1:  # all-reduce average
+        if dp > 1:  # all-reduce average: a reduction tree over the DP ranks, then / dp
+            while len(rank_grads) > 1:
+                nxt = [_add(rank_grads[i], rank_grads[i + 1]) for i in range(0, len(rank_grads) - 1, 2)]
+                if len(rank_grads) % 2:
+                    nxt.append(rank_grads[-1])
+                rank_grads = nxt
             grads = rank_grads[0]
-            for g in rank_grads[1:]:
-                grads = _add(grads, g)
             grads = {k: (v / F32(dp)).astype(F32) for k, v in grads.items()}
             lossf = F32(0)
             for l_ in rank_losses:
