@@ -141,11 +141,12 @@ def _run_trainer(env: Mapping[str, str], trainer_args: Sequence[str]) -> int:
     """Become the trainer process: environment, threads, argv; returns its exit code."""
     os.environ.clear()
     os.environ.update(env)
-    threads = os.environ.get("OMP_NUM_THREADS")
-    if threads and threads.isdigit() and int(threads) > 0:
-        import torch
-
-        torch.set_num_threads(int(threads))
+    # The zygote imported torch with OMP_NUM_THREADS=1 (no OpenMP pool to lose in the fork);
+    # each run gets the count a fresh interpreter would: its OMP_NUM_THREADS, else every CPU.
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    count = int(threads) if threads.isdigit() and int(threads) > 0 else len(os.sched_getaffinity(0))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(count)
     sys.argv = [str(TRAINER_MAIN), *trainer_args]
     try:
         entry = os.environ.get("HARNESS_ZYGOTE_ENTRY", "harness.trainer.main:main")
@@ -456,6 +457,9 @@ class Zygote:
         self._log = open(self.log_path, "ab")
         env = dict(os.environ)
         self._startup = startup_environment(env)
+        # torch's import starts OpenMP's thread pool unless told one thread: a fork would copy
+        # its state but not its threads. Runs set their own count (_run_trainer).
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "harness.launch.zygote", "serve"], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
@@ -620,7 +624,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         from .ports import free_port
 
         port = free_port()
-    _preload()
+    # No preload here: this process was not started single-threaded, so torch is imported by
+    # each forked rank (slower, and the same arithmetic).
     return lead({"env": dict(os.environ), "args": trainer_args, "world_size": args.nproc_per_node,
                  "port": port, "log_dir": str(args.log_dir)})
 
