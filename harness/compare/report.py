@@ -6,6 +6,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from .diff import GradientDiff, LossDiff
+from .verdict import margin
 
 
 def _g(value: float) -> str:
@@ -29,6 +30,12 @@ def loss_lines(diff: LossDiff) -> list[str]:
     elif diff.compared:
         lines.append(f"loss: {diff.compared} of {diff.compared} steps within {diff.tolerance} "
                      f"(max |diff| {_g(diff.max_abs_diff)})")
+    if diff.relative_threshold is not None and diff.compared:
+        verdict = "within" if diff.relative_ok else "OVER"
+        lines.append(f"loss (scale-free): worst |got-ref|/max(|ref|,1) {_g(diff.worst_relative)} "
+                     f"at step {diff.worst_relative_step}, {verdict} the threshold "
+                     f"{_g(diff.relative_threshold)} (margin "
+                     f"{_g(margin(diff.relative_threshold, diff.worst_relative))}x)")
     return lines
 
 
@@ -58,7 +65,27 @@ def gradient_lines(diff: GradientDiff, worst: int = 5) -> list[str]:
     elif diff.diffs:
         lines.append(f"gradients: {len(diff.diffs)} of {diff.parameters} parameters within "
                      f"{diff.tolerance} (max |diff| {_g(diff.max_abs_diff)})")
+    lines += _relative_lines(diff, worst)
     return lines
+
+
+def _relative_lines(diff: GradientDiff, worst: int) -> list[str]:
+    if diff.relative_threshold is None or not diff.diffs:
+        return []
+    top = diff.worst_relative
+    value = top.relative_error
+    head = (f"gradients (scale-free): worst ||got-ref||/||ref|| {_g(value)} at {top.name} "
+            f"(stage {top.stage}), threshold {_g(diff.relative_threshold)}, margin "
+            f"{_g(margin(diff.relative_threshold, value))}x")
+    bad = diff.relative_failures
+    if not bad:
+        return [head]
+    rows = [[d.name, d.stage, d.layer, _g(d.relative_error), _g(d.diff_norm), _g(d.ref_norm),
+             _g(d.max_abs_diff)] for d in bad[:worst]]
+    table = tabulate(rows, headers=["parameter", "stage", "layer", "||got-ref||/||ref||",
+                                    "||got-ref||", "||ref||", "max |got-ref|"])
+    return [f"{head}: OVER the threshold in {len(bad)} of {len(diff.diffs)} parameters",
+            f"worst parameters (scale-free):\n{table}"]
 
 
 def _steps(steps: list[int]) -> str:

@@ -10,7 +10,7 @@ from harness.results.records import STATUSES
 from .reading import Session
 from .summary import CaseView, environment_facts, status_counts
 from .throughput import LayoutGroup
-from .values import NA, g, md_escape, percent, section, tolerance_text, whole
+from .values import NA, g, md_escape, number, percent, section, tolerance_text, whole
 
 STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped",
                "error": "💥 error"}
@@ -55,6 +55,9 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
     ]
     if isinstance(h.get("collected"), list):
         rows.append(("collected", f"{len(h['collected'])} case(s)"))
+    kept = disk_kept(session)
+    if kept:
+        rows.append(("disk kept", kept))
     if isinstance(h.get("args"), list):
         rows.append(("pytest arguments", " ".join(str(a) for a in h["args"]) or "(none)"))
     shown = {"driver", "config_path", "git_commit", "git_dirty", "started_at", "finished_at",
@@ -62,6 +65,21 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
     rows += [(k, v) for k, v in h.items() if k not in shown and isinstance(v, (str, int, float))]
     lines += [f"- **{k}**: {md_escape(v)}" for k, v in rows]
     return lines + [""]
+
+
+def disk_kept(session: Session) -> str | None:
+    """What the session's case folders hold on disk, and what the dump policy removed."""
+    records = [r for r in session.records if isinstance(r.get("disk_bytes"), (int, float))]
+    if not records:
+        return None
+    kept = sum(r["disk_bytes"] for r in records)
+    dumps = [section(r, "dumps") for r in records]
+    removed = sum(d.get("removed_bytes") or 0 for d in dumps)
+    kept_dumps = sum(1 for d in dumps if d.get("kept"))
+    policy = ", ".join(sorted({str(d.get("policy")) for d in dumps if d.get("policy")}))
+    return (f"{kept / 1e6:.1f} MB in {len(records)} case folder(s) "
+            f"({kept_dumps} gradient dump(s) kept; {removed / 1e6:.1f} MB of dumps removed "
+            f"after the diff; keep-dumps {policy or 'not recorded'})")
 
 
 def _commit(h: dict) -> str:
@@ -118,17 +136,40 @@ def diff_cell(record: dict, key: str) -> str:
     return text
 
 
+def margin_cell(record: dict, key: str) -> str:
+    """The scale-free verdict's margin: "threshold / worst" (x), with the worst value, and the
+    parameter (gradients) or step (loss) it was found at; ✗ when below 1 (failed)."""
+    rel = section(section(record, key), "relative")
+    if not rel:
+        return NA
+    margin = number(rel.get("margin"))
+    worst, threshold = rel.get("worst"), rel.get("threshold")
+    if key == "gradients":
+        where = f" at {rel['worst_parameter']}" if rel.get("worst_parameter") else ""
+    else:
+        where = f" at step {rel['worst_step']}" if rel.get("worst_step") is not None else ""
+    mark = "" if rel.get("ok", True) else "✗ "
+    shown = "∞" if margin is not None and margin == float("inf") else g(margin)
+    return f"{mark}{shown}× ({g(worst)} vs {g(threshold)}{where})"
+
+
 def cases_table(views: list[CaseView]) -> list[str]:
     headers = ["id", "model", "layout", "DP", "TP", "PP", "VPP", "schedule", "dtype",
-               "loss max |Δ| / tol", "grad max |Δ| / tol", "tokens/s", "peak MB",
+               "loss max |Δ| / tol", "grad max |Δ| / tol",
+               "loss margin: threshold / max |Δ|/max(|loss|,1)",
+               "grad margin: threshold / max ‖Δ‖/‖ref‖", "tokens/s", "peak MB",
                "wall s", "status"]
     rows = [[f"`{v.tag}/{v.case_id}`", v.model, v.layout, v.dp,
              f"{v.tp}{'+SP' if v.sequence_parallel else ''}", v.pp, v.vpp, v.schedule,
              v.dtype, diff_cell(v.record, "loss"), diff_cell(v.record, "gradients"),
+             margin_cell(v.record, "loss"), margin_cell(v.record, "gradients"),
              whole(v.tokens_per_s), whole(v.peak_memory_mb), g(v.wall_s),
              STATUS_MARK.get(v.status, v.status)] for v in views]
     note = ("Layout: layers per stage (`3,5`), or per chunk in global order as `stage:layers` "
-            "when stages hold several chunks. Wall time: the launched run, from start to exit.")
+            "when stages hold several chunks. Wall time: the launched run, from start to exit. "
+            "Margin: how many times below its threshold the scale-free verdict's worst value "
+            "is (> 1 passes, ✗ below 1 fails); a case fails when either the element-wise "
+            "check (`max |Δ| / tol`) or the scale-free one fails.")
     return ["## Cases", "", note, "", *table(rows, headers), ""]
 
 

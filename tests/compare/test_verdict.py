@@ -126,3 +126,20 @@ def test_zero_and_nan_gradients(tmp_path):
     assert [d.name for d in diff.relative_failures] == ["b", "c"]
     summary = {p["name"]: p for p in diff.to_dict()["per_parameter"]}
     assert summary["b"]["relative_error"] == "inf" and summary["a"]["ref_norm"] == 0.0
+
+
+def test_failure_text_names_the_scale_free_verdict(tmp_path):
+    from harness.compare import gradient_lines, loss_lines
+
+    ref = gradients_124m_like()
+    dump(tmp_path / "ref", ref)
+    dump(tmp_path / "got", stage1_scaled(ref, 1 + 1e-4))
+    diff = compare_gradients(tmp_path / "got", tmp_path / "ref", FP32, LAYOUT,
+                             relative=REL.gradients)
+    text = "\n".join(gradient_lines(diff))
+    assert "gradients (scale-free): worst ||got-ref||/||ref|| 0.0001" in text
+    assert "OVER the threshold in 6 of 12 parameters" in text and "h.2." in text
+    losses = compare_losses([{"step": 1, "loss": 10.0}], [{"step": 1, "loss": 10.0}], FP32,
+                            relative=1e-6)
+    assert "loss (scale-free): worst |got-ref|/max(|ref|,1) 0 at step 1, within" in \
+        "\n".join(loss_lines(losses))

@@ -33,9 +33,34 @@ def test_case_table_cells(failing_report):
     assert failed[1:9] == ["gpt2", "6,2", "1", "1", "2", "1", "auto", "float32"]
     assert failed[9] == "0.0042 / 1e-05 ✗ 2/4 steps"
     assert failed[10] == "0.03 / 1e-05 ✗ 2/100 params"
-    assert failed[11:] == ["950", "2,048", "30.5", "❌ failed"]
+    assert failed[11:13] == ["–", "–"]  # records without the scale-free verdict
+    assert failed[13:] == ["950", "2,048", "30.5", "❌ failed"]
     passed = _row(text, "`basic/pp2`", "gpt2")
     assert passed[9:11] == ["1e-07 / 1e-05", "3e-08 / 1e-05"] and passed[-1] == "✅ passed"
+    assert "grad margin: threshold / max ‖Δ‖/‖ref‖" in text.split("## Cases")[1]
+
+
+def test_margin_cells_and_disk_kept():
+    from harness.report.reading import Session
+    from harness.report.sections import disk_kept, margin_cell
+
+    record = {"loss": {"relative": {"threshold": 1e-6, "worst": 2e-7, "worst_step": 3,
+                                    "margin": 5.0, "ok": True}},
+              "gradients": {"relative": {"threshold": 1e-5, "worst": 1e-4,
+                                         "worst_parameter": "h.6.mlp.c_fc.weight",
+                                         "margin": 0.1, "ok": False}},
+              "disk_bytes": 3_000_000,
+              "dumps": {"policy": "failed", "kept": True, "bytes": 2_000_000,
+                        "removed_bytes": 0}}
+    assert margin_cell(record, "loss") == "5× (2e-07 vs 1e-06 at step 3)"
+    assert margin_cell(record, "gradients") == "✗ 0.1× (0.0001 vs 1e-05 at h.6.mlp.c_fc.weight)"
+    exact = {"gradients": {"relative": {"threshold": 1e-5, "worst": 0.0, "margin": "inf"}}}
+    assert margin_cell(exact, "gradients").startswith("∞×")
+    passed = {"disk_bytes": 1_000_000, "dumps": {"policy": "failed", "kept": False,
+                                                 "bytes": 5_000_000, "removed_bytes": 5_000_000}}
+    session = Session(paths=[], records=[record, passed])
+    assert disk_kept(session) == ("4.0 MB in 2 case folder(s) (1 gradient dump(s) kept; 5.0 MB "
+                                  "of dumps removed after the diff; keep-dumps failed)")
 
 
 def test_failure_diagnosis_and_logs(failing_report):
