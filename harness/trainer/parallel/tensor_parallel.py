@@ -1,6 +1,9 @@
 """Tensor parallelism with DTensor plans, applied from outside the model by module name.
 
-Per transformer block (`h.{i}`), over the mesh's "tp" dimension:
+The plan is data in the model's ModelSpec (harness.spec.models: `tp_plan`, and `sp_plan` for
+sequence parallelism, keyed by module-name pattern); `apply_tensor_parallel` is the one place
+that turns it into DTensor styles and hooks. For GPT-2 and LLaMA 3, per transformer block
+(`h.{i}`), over the mesh's "tp" dimension:
 
 | module | style | why |
 | --- | --- | --- |
@@ -59,7 +62,7 @@ def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
 
 
 def head_counts(config) -> tuple[int, int, int]:
-    """(n_head, n_kv_head, head_dim) of a GPT-2 or LLaMA 3 config."""
+    """(n_head, n_kv_head, head_dim) of a config (n_kv_head defaults to n_head)."""
     n_kv = getattr(config, "n_kv_head", config.n_head)
     return config.n_head, n_kv, config.n_embd // config.n_head
 
