@@ -11,7 +11,8 @@ from .settings import Settings
 
 
 def runner_settings(session_dir: Path, reference_root: Path, worker: str, device: str,
-                    gpus: int | None, timeout_s: float, launcher: str = "torchrun") -> Settings:
+                    gpus: int | None, timeout_s: float, launcher: str = "torchrun",
+                    keep_dumps: str = "failed") -> Settings:
     if device == "auto":
         device = "cuda" if cuda_count() else "cpu"
     if launcher == "auto":  # the zygote where it is measured and safe: CPU (docs/benchmarks.md)
@@ -25,7 +26,7 @@ def runner_settings(session_dir: Path, reference_root: Path, worker: str, device
     return Settings(
         session_id=session_dir.name, session_dir=session_dir, reference_root=reference_root,
         lease_dir=lease_dir, slots=slots, device=device, timeout_s=timeout_s, worker=worker,
-        launcher=launcher,
+        launcher=launcher, keep_dumps=keep_dumps,
     )
 
 

@@ -17,6 +17,7 @@ class Settings:
     timeout_s: float
     worker: str = "main"
     launcher: str = "torchrun"  # the bundled trainer's: torchrun | zygote (harness.launch.zygote)
+    keep_dumps: str = "failed"  # gradient dumps kept after the diff: failed | all | none
 
 
 @dataclass
