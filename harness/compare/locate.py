@@ -32,6 +32,7 @@ class Locator:
 
     def stages(self, name: str) -> tuple[int, ...]:
         """The pipeline stages holding the parameter; () where the layout does not say."""
+        name = canonical_name(name)
         part = layer_of(name)
         if isinstance(part, int):
             return next(((stage,) for stage, start, end in self.chunks if start <= part < end), ())
@@ -56,11 +57,28 @@ class Locator:
         return f"{stages[0]} ({what})", "-"
 
 
+# Prefixes other trainers put before llm.c's names: InfiniTrain's `transformer.h.3.attn...`
+# (its GPT-2 / LLaMA 3 modules), DDP's `module.`.
+FOREIGN_PREFIXES = ("module.", "transformer.")
+
+
+def canonical_name(name: str) -> str:
+    """llm.c's name of a parameter another trainer names with a prefix."""
+    changed = True
+    while changed:
+        changed = False
+        for prefix in FOREIGN_PREFIXES:
+            if name.startswith(prefix):
+                name, changed = name[len(prefix):], True
+    return name
+
+
 # the names that tied parameters are reported under (GPT-2: wte.weight), from the registry
 _TIED_KEPT = frozenset(kept for s in MODEL_SPECS.values() for kept, _alias in s.tied_parameters)
 
 
 def layer_of(name: str) -> int | str:
     """A parameter's place (llm.c naming): its transformer layer index, or "embedding",
-    "final_norm", "head", "other"; the rule is the model registry's (ModelSpec.place)."""
-    return _spec_layer_of(name)
+    "final_norm", "head", "other"; the rule is the model registry's (ModelSpec.place), on
+    the name without another trainer's prefix."""
+    return _spec_layer_of(canonical_name(name))

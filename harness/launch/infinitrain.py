@@ -58,7 +58,7 @@ class InfiniTrainBackend:
         if launch not in LAUNCH_MODES:
             raise InfiniTrainError(f"--infinitrain-launch {launch!r}: expected one of "
                                    f"{', '.join(LAUNCH_MODES)}")
-        self.launch = launch
+        self.launch_mode = launch
         self.env = dict(env or {})
         self._version: str | None = None
         # Binaries that rejected --dump_gradients (learned from their own error message).
@@ -138,7 +138,7 @@ class InfiniTrainBackend:
         binary = str(self.binary(spec.model))
         if spec.world_size == 1:
             return [binary, *common, *flag_argv(args)]
-        if self.launch == "threads":
+        if self.launch_mode == "threads":
             # The launch mode owns the device count; a case that gives it says the same.
             args["nthread_per_process"] = spec.world_size
             return [binary, *common, *flag_argv(args)]

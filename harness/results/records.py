@@ -42,7 +42,7 @@ FIELDS = (
     "device", "devices", "compare", "tolerances", "loss", "gradients", "losses",
     "reference_losses", "tokens_per_s", "peak_memory_mb", "step_time_ms", "reference",
     "command", "returncode", "timed_out", "failing_rank", "logs", "output_dir", "environment",
-    "timings", "started_at", "finished_at",
+    "timings", "dumps", "disk_bytes", "started_at", "finished_at",
 )
 STATUSES = ("passed", "failed", "skipped", "error")
 

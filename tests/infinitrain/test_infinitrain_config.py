@@ -1,0 +1,126 @@
+"""InfiniTrain's own scripts/test_config.json, unchanged, run through the `infinitrain` backend
+against the InfiniTrain stand-in (tests/infinitrain_standin): every case is compared or skipped
+with a reason, and a difference planted in one parameter of the parallel runs is found and
+located to its stage and layer.
+
+`data/infinitrain_test_config.json` is InfiniTrain's public file, byte for byte (a test checks
+it against ../shared/data where that copy exists).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.assets import ensure_assets
+from tests.infinitrain_standin.build import make_build_dir
+
+HERE = Path(__file__).parent
+CONFIG = HERE / "data" / "infinitrain_test_config.json"
+SHARED = HERE.parents[2] / "shared" / "data" / "infinitrain_test_config.json"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def infinitrain(tmp_path_factory):
+    """A stand-in build folder and the model files, as --harness-var options."""
+    root = tmp_path_factory.mktemp("infinitrain")
+    build = make_build_dir(root / "build")
+    assets = ensure_assets("tiny")
+    # InfiniTrain refuses TP 4 on a model with 2 KV heads (n_kv_head % tp): the LLaMA 3 file
+    # gets 4 KV heads so the config's TP 4 cases run, as they do on LLaMA 3.2 1B (8 KV heads).
+    from harness.assets.generate import init_weights
+    from harness.spec.models import LLaMA3Config
+    from harness.trainer.llmc.checkpoint import write_checkpoint
+
+    config = LLaMA3Config(block_size=64, vocab_size=256, n_layer=8, n_head=4, n_kv_head=4,
+                          n_embd=32, ffn_dim_multiplier=1.0, multiple_of=32, norm_eps=1e-5,
+                          rope_theta=10000.0, use_scaled_rope=True)
+    llama3 = root / "llama3_kv4.bin"
+    write_checkpoint(llama3, config, init_weights(config, seed=0))
+    variables = {"GPT2_LLMC_FILEPATH": assets.checkpoint("gpt2"),
+                 "GPT2_INPUT_BIN": assets.tokens("gpt2", "train"),
+                 "LLAMA3_LLMC_FILEPATH": llama3,
+                 "LLAMA3_INPUT_BIN": assets.tokens("llama3", "train")}
+    return root, build, [f"--harness-var={k}={v}" for k, v in variables.items()]
+
+
+def run_session(root: Path, build: Path, var_args: list[str], out: Path, *more: str,
+                env: dict | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    (root / "pytest.ini").write_text("[pytest]\n")  # not the repository's testpaths / addopts
+    argv = [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir",
+            str(root), "-p", "no:cacheprovider", "-q", "--harness-config", str(CONFIG),
+            "--harness-trainer", "infinitrain", "--infinitrain-build", str(build),
+            "--gpus", "8", "--harness-output", str(out), *var_args, *more]
+    result = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=1500,
+                            env={**os.environ, **(env or {})})
+    results = sorted(out.glob("sessions/*/results.jsonl"))
+    records = [json.loads(line) for line in results[-1].read_text().splitlines()] \
+        if results else []
+    return result, records
+
+
+def test_the_config_is_infinitrains_own_file():
+    if not SHARED.is_file():
+        pytest.skip(f"no shared copy at {SHARED} to check against")
+    assert CONFIG.read_bytes() == SHARED.read_bytes()
+
+
+def test_every_case_of_infinitrains_config_is_compared_or_skipped_with_a_reason(infinitrain):
+    root, build, var_args = infinitrain
+    result, records = run_session(root, build, var_args, root / "all", "-n", "2")
+    output = result.stdout + result.stderr
+    assert len(records) == 104, output[-3000:]
+    by_status = Counter(r["status"] for r in records)
+    assert by_status.get("failed", 0) == 0 and by_status.get("error", 0) == 0, \
+        "\n\n".join(r["errors"][0] for r in records if r["errors"])[:6000]
+    loss_only = [r for r in records if r["status"] == "passed"
+                 and isinstance(r["gradients"], dict) and r["gradients"].get("compared") is False]
+    with_gradients = [r for r in records if r["status"] == "passed" and r not in loss_only]
+    skipped = [r for r in records if r["status"] == "skipped"]
+    # Every passed case compared its losses at every expected step.
+    for r in records:
+        if r["status"] == "passed":
+            assert r["loss"]["compared"] == len(r["losses"]) > 0, r["name"]
+    # Gradients: GPT-2 dumps them (#209's --dump_gradients), except under TP (un-gathered
+    # shards) and for resumed runs; LLaMA 3's binary has no --dump_gradients.
+    assert all(r["model"] == "gpt2" and r["gradients"]["parameters"] > 0
+               for r in with_gradients)
+    reasons = Counter(r["gradients"]["reason"].split(":")[0].split(" (")[0] for r in loss_only)
+    assert all(r["model"] == "llama3" or r["flags"].get("tensor_parallel", 1) > 1
+               or r["flags"].get("load") for r in loss_only)
+    assert {r["name"] for r in with_gradients} >= {"basic/gpt2/6", "basic/gpt2/7",
+                                                    "lora/gpt2/6_lora", "zero/gpt2/3_zero2"}
+    # The resumed cases ran steps 31..50 and were compared on those.
+    resumed = next(r for r in records if r["name"] == "checkpoint/gpt2/ckpt_resume")
+    assert resumed["status"] == "passed" and len(resumed["losses"]) == 20
+    assert not skipped, [(r["name"], r["reason"]) for r in skipped]
+    print(f"\nInfiniTrain config on the stand-in: {len(with_gradients)} compared on loss and "
+          f"gradients, {len(loss_only)} on loss only ({dict(reasons)}), {len(skipped)} skipped")
+
+
+def test_a_difference_planted_in_one_parameter_is_found_and_located(infinitrain):
+    root, build, var_args = infinitrain
+    result, records = run_session(
+        root, build, var_args, root / "planted", "-m", "basic", "-k",
+        "gpt2 and (6 or 7) and not bfloat16",
+        env={"STANDIN_PLANT": "transformer.h.5.mlp.c_fc.weight:1e-3"})
+    output = result.stdout + result.stderr
+    names = {r["name"]: r for r in records}
+    assert set(names) == {"basic/gpt2/6", "basic/gpt2/7"}, output[-3000:]
+    for name, record in names.items():
+        assert record["status"] == "failed", (name, output[-3000:])
+        worst = record["gradients"]["worst"][0]
+        assert worst["name"] == "transformer.h.5.mlp.c_fc.weight"
+        assert worst["layer"] == "5"
+    # PP 8 over 8 layers: layer 5 is on stage 5; PP 4 x VPP 2: chunk 5 of 8 is on stage 1.
+    assert names["basic/gpt2/6"]["gradients"]["worst"][0]["stage"] == "5"
+    assert names["basic/gpt2/7"]["gradients"]["worst"][0]["stage"] == "1"
+    assert "transformer.h.5.mlp.c_fc.weight" in output and "stage 5" in output
