@@ -150,3 +150,41 @@ def test_a_dead_zygote_is_started_again_and_the_run_is_not_skipped(launch, plant
     assert "started a new one and ran again" in result.stderr.read_text()
     assert (spec.output_dir / "steps.jsonl").read_text().count("\n") == FLAGS_STEPS
     _no_process_left(planted)
+
+
+def test_through_the_plugin_a_crash_is_reported_and_the_leases_are_free(pytester, planted,
+                                                                         tiny_assets):
+    """The whole path (collection, reference, lease, zygote, diagnosis, record) with the real
+    trainer: the crash names rank 1 and ends with its traceback, as under torchrun."""
+    from tests.plugin.conftest import plugin_args
+    from tests.reliability.checks import assert_leases_free, the_session
+
+    args = {k: v for k, v in FLAGS_CONFIG.items()}
+    config = {"models": ["gpt2"], "defaults": args,
+              "test_groups": [{"tag": "zy", "tests": [
+                  {"id": "ok", "args": {"pipeline_parallel": 2}},
+                  {"id": "crash", "args": {"pipeline_parallel": 2}}]}]}
+    (pytester.path / "cases.json").write_text(json.dumps(config))
+    result = pytester.runpytest(
+        *plugin_args(), "--harness-config", str(pytester.path / "cases.json"),
+        "--harness-output", str(pytester.path / "out"), "--harness-device", "cpu",
+        "--gpus", "2", "--harness-launcher", "zygote", "--harness-timeout", "300",
+        "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*zy/gpt2/crash: the run failed: rank 1 of 2 failed first; exit code 1*",
+        "command: * -m harness.launch.zygote run --nproc-per-node 2 *",
+        "*--- rank 1: */attempt_0/1/stderr.log (last lines) ---*",
+        "*RuntimeError: planted crash on rank 1*",
+    ])
+    session = the_session(pytester.path / "out")
+    by_name = {r["name"]: r for r in jsonl(session / "results.jsonl")}
+    assert by_name["zy/gpt2/crash"]["failing_rank"] == "1"
+    assert by_name["zy/gpt2/ok"]["loss"]["mismatched"] == 0
+    assert by_name["zy/gpt2/ok"]["gradients"]["mismatched"] == 0
+    assert_leases_free(session)
+    _no_process_left(planted)
+
+
+FLAGS_CONFIG = {"batch_size": 2, "sequence_length": 32, "num_iteration": 4,
+                "learning_rate": 0.001, "optimizer": "sgd", "total_batch_size": 512}

@@ -70,7 +70,7 @@ def records(pytester):
 
 def test_small_tag_passes_through_torchrun(pytester):
     write_config(pytester, CASES)
-    result = run(pytester)
+    result = run(pytester, "--harness-launcher", "torchrun")  # CPU's default is the zygote
     result.assert_outcomes(passed=3)
     for record in records(pytester).values():
         assert record["status"] == "passed"
