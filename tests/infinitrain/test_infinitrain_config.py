@@ -124,3 +124,67 @@ def test_a_difference_planted_in_one_parameter_is_found_and_located(infinitrain)
     assert names["basic/gpt2/6"]["gradients"]["worst"][0]["stage"] == "5"
     assert names["basic/gpt2/7"]["gradients"]["worst"][0]["stage"] == "1"
     assert "transformer.h.5.mlp.c_fc.weight" in output and "stage 5" in output
+
+
+def test_a_crashing_rank_under_infini_run_is_a_crash_not_a_diff(infinitrain):
+    """infini_run exits 0 whatever its children do: the fatal line and the missing steps make
+    it a crash, with the rank and its log tail."""
+    root, build, var_args = infinitrain
+    result, records = run_session(
+        root, build, var_args, root / "crash", "--infinitrain-launch", "infini_run",
+        "-m", "basic", "-k", "gpt2 and 3 and not bfloat16",
+        env={"STANDIN_CRASH_RANK": "1", "STANDIN_CRASH_STEP": "2"})
+    output = result.stdout + result.stderr
+    (record,) = records
+    assert record["status"] == "failed" and record["returncode"] == 0, output[-3000:]
+    assert record["failing_rank"] == "1"
+    assert "a rank stopped on a fatal error: Check failed: planted crash on rank 1" in output
+    assert "infini_run" in record["command"][0] and "--nproc_per_node=8" in record["command"]
+    assert "gradients missing" not in output and "differs from" not in output
+
+
+def _one_case_config(root: Path, args: dict) -> Path:
+    data = json.loads(CONFIG.read_text())
+    data["test_groups"] = [{"tag": "basic", "tests": [{"id": "bad", "args": args}]}]
+    path = root / "one_case.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("args, env, expected", [
+    ({"dtype": "float32", "my_new_flag": 3}, {},
+     "the gpt2 binary ({build}/gpt2) rejects the flag --my_new_flag"),
+    ({"dtype": "float32"}, {"STANDIN_NO_STEP_LINES": "1"},
+     "exit code 0 but 10 of 10 step lines missing (step 1, 2, 3, 4, 5, ...)"),
+])
+def test_bad_inputs_give_one_clear_line_and_keep_the_case(infinitrain, args, env, expected):
+    root, build, var_args = infinitrain
+    config = _one_case_config(root, args)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir",
+         str(root), "-p", "no:cacheprovider", "-q", "--harness-config", str(config),
+         "--infinitrain-build", str(build), "--gpus", "8", "--harness-output",
+         str(root / f"bad-one{len(env)}"), *var_args, "-k", "gpt2"],
+        cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    output = result.stdout + result.stderr
+    assert expected.format(build=build) in output, output[-3000:]
+    (results,) = (root / f"bad-one{len(env)}").glob("sessions/*/results.jsonl")
+    (record,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert record["name"] == "basic/gpt2/bad" and record["status"] == "failed"
+    if "my_new_flag" in args:
+        assert record["passthrough_flags"] == ["my_new_flag"]
+
+
+def test_a_build_folder_without_the_binary_is_one_clear_line(infinitrain, tmp_path):
+    root, _, var_args = infinitrain
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "empty").mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir",
+         str(root), "-p", "no:cacheprovider", "-q", "--harness-config", str(CONFIG),
+         "--infinitrain-build", str(tmp_path / "empty"), "--gpus", "1", "--harness-output",
+         str(tmp_path / "out"), *var_args, "-k", "basic and gpt2 and 1 and not bfloat16"],
+        cwd=root, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert f"{tmp_path / 'empty'}: no `gpt2` binary in InfiniTrain's build folder" in output
