@@ -31,7 +31,7 @@ from .checkpoints import (
     wait_for_checkpoint,
 )
 from .diagnosis import crash_text, mismatch_text
-from .planned_layout import layout_from_flags, num_layers
+from .planned_layout import layout_from_flags, layout_problem, num_layers
 from .record import now, set_layout, start_record, throughput
 from .settings import Outcome, Settings
 from .steps_file import write_steps
@@ -143,6 +143,10 @@ class CaseRunner:
         if reason:
             return Outcome("skipped", reason)
         checkpoint, input_bin = self.model_files(case.model)
+        if self.foreign:  # the bundled trainer refuses a bad layout itself, on every rank
+            problem = layout_problem(case, self.num_layers(case.model))
+            if problem:
+                return Outcome("error", problem)
 
         t = time.time()
         reference = self.reference(case, checkpoint, input_bin)

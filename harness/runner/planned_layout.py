@@ -33,14 +33,33 @@ def layout_from_flags(case: Case, num_layers: int | None) -> dict | None:
     if num_layers is None:
         return None
     try:
-        from harness.layout import resolve_layout
-
-        f = case.flags
-        return resolve_layout(
-            num_layers, case.pp, case.vpp,
-            partition=f.get("pipeline_layer_partition"), costs=f.get("pipeline_layer_costs"),
-            chunk_layout=f.get("pipeline_chunk_layout"),
-            megatron_layout=f.get("pipeline_model_parallel_layout"),
-        ).to_dict()
+        return _resolve(case, num_layers).to_dict()
     except Exception:
         return None
+
+
+def layout_problem(case: Case, num_layers: int | None) -> str | None:
+    """Why the case's layout flags cannot place the model's layers (harness.layout's one-line
+    message, naming the flag and the value), or None. Checked before a foreign trainer is
+    launched, so a bad layout is refused by the harness, not found out by the run."""
+    if num_layers is None:
+        return None
+    from harness.layout import LayoutError
+
+    try:
+        _resolve(case, num_layers)
+    except LayoutError as error:
+        return f"{case.name}: {error}"
+    return None
+
+
+def _resolve(case: Case, num_layers: int):
+    from harness.layout import resolve_layout
+
+    f = case.flags
+    return resolve_layout(
+        num_layers, case.pp, case.vpp,
+        partition=f.get("pipeline_layer_partition"), costs=f.get("pipeline_layer_costs"),
+        chunk_layout=f.get("pipeline_chunk_layout"),
+        megatron_layout=f.get("pipeline_model_parallel_layout"),
+    )

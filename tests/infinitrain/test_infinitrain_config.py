@@ -156,22 +156,30 @@ def _one_case_config(root: Path, args: dict) -> Path:
      "the gpt2 binary ({build}/gpt2) rejects the flag --my_new_flag"),
     ({"dtype": "float32"}, {"STANDIN_NO_STEP_LINES": "1"},
      "exit code 0 but 10 of 10 step lines missing (step 1, 2, 3, 4, 5, ...)"),
+    # Refused by harness.layout before anything launches (the binary is never run).
+    ({"nthread_per_process": 2, "pipeline_parallel": 2, "pipeline_layer_partition": "3,3"},
+     {"STANDIN_CRASH_RANK": "0"},
+     "basic/gpt2/bad: --pipeline_layer_partition '3,3': pipeline layer partition sums to 6 "
+     "layers, but the model has 8 layers; expected entries summing to 8"),
 ])
 def test_bad_inputs_give_one_clear_line_and_keep_the_case(infinitrain, args, env, expected):
     root, build, var_args = infinitrain
     config = _one_case_config(root, args)
     (root / "pytest.ini").write_text("[pytest]\n")
+    out = root / f"bad-{'-'.join(sorted(args))}-{len(env)}"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir",
          str(root), "-p", "no:cacheprovider", "-q", "--harness-config", str(config),
          "--infinitrain-build", str(build), "--gpus", "8", "--harness-output",
-         str(root / f"bad-one{len(env)}"), *var_args, "-k", "gpt2"],
+         str(out), *var_args, "-k", "gpt2"],
         cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
     output = result.stdout + result.stderr
     assert expected.format(build=build) in output, output[-3000:]
-    (results,) = (root / f"bad-one{len(env)}").glob("sessions/*/results.jsonl")
+    (results,) = out.glob("sessions/*/results.jsonl")
     (record,) = [json.loads(line) for line in results.read_text().splitlines()]
-    assert record["name"] == "basic/gpt2/bad" and record["status"] == "failed"
+    # The reference (the same flags on one device) is the first run to meet the bad input.
+    assert record["name"] == "basic/gpt2/bad" and record["status"] == "error"
+    assert expected.format(build=build) in record["errors"][0]
     if "my_new_flag" in args:
         assert record["passthrough_flags"] == ["my_new_flag"]
 
