@@ -68,9 +68,12 @@ def wait_for_checkpoint(flags: dict[str, Any], timeout_s: float,
             if not Path(load).is_dir():
                 return f"resumes from {load}, which the run that saves {source} did not write"
             return None
-        if not _planned(source) or time.monotonic() > deadline:
+        if not _planned(source):
             return (f"resumes from {load}: no case of this session saved {source} (run the "
                     f"case that saves it in the same session)")
+        if time.monotonic() > deadline:
+            return (f"resumes from {load}: the run that saves {source} did not end within "
+                    f"{timeout_s:g} s")
         time.sleep(poll_s)
 
 
