@@ -34,8 +34,8 @@ LAUNCH_MODES = ("threads", "infini_run")
 _LAUNCHER_PATHS = ("infini_run", "tools/infini_run/infini_run")
 _LIBRARY = re.compile(r"\.so(\.\d+)*$|\.a$")
 # glog's line prefix: severity, date, time, thread id, file:line]
-_GLOG_PREFIX = re.compile(r"^[IWEF]\d{8} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] ", re.M)
-_FATAL = re.compile(r"^F\d{8} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] (?P<message>.*)$", re.M)
+_GLOG_PREFIX = re.compile(r"^[IWEF](?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] ", re.M)
+_FATAL = re.compile(r"^F(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] (?P<message>.*)$", re.M)
 _UNKNOWN_FLAG = re.compile(r"unknown command line flag '(?P<flag>[^']+)'")
 _RANK = re.compile(r"\b[Rr]ank[ _:]*(\d+)")
 # Defaults of the two flags that decide which steps a run prints (InfiniTrain's main.cc).

@@ -436,3 +436,11 @@ def test_a_resumed_run_expects_only_its_own_steps(build, tmp_path):
     assert backend.collect(spec, _result(spec, stderr=_step(3, 4) + _step(4, 4))).problem is None
     problem = backend.collect(spec, _result(spec, stderr=_step(3, 4))).problem
     assert "1 of 2 step lines missing (step 4)" in problem
+
+
+def test_fatal_lines_of_older_glog_without_the_year_are_recognised():
+    from harness.launch.infinitrain import _FATAL
+
+    for prefix in ("F0625", "F20260625"):
+        line = f"{prefix} 05:21:33.123456 12345 main.cc:12] Check failed: planted rank 2"
+        assert _FATAL.search(line)["message"] == "Check failed: planted rank 2"
