@@ -77,9 +77,16 @@ def disk_kept(session: Session) -> str | None:
     removed = sum(d.get("removed_bytes") or 0 for d in dumps)
     kept_dumps = sum(1 for d in dumps if d.get("kept"))
     policy = ", ".join(sorted({str(d.get("policy")) for d in dumps if d.get("policy")}))
-    return (f"{kept / 1e6:.1f} MB in {len(records)} case folder(s) "
-            f"({kept_dumps} gradient dump(s) kept; {removed / 1e6:.1f} MB of dumps removed "
+    return (f"{_size(kept)} in {len(records)} case folder(s) "
+            f"({kept_dumps} gradient dump(s) kept; {_size(removed)} of dumps removed "
             f"after the diff; keep-dumps {policy or 'not recorded'})")
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
 
 
 def _commit(h: dict) -> str:

@@ -58,6 +58,7 @@ def test_margin_cells_and_disk_kept():
     assert margin_cell(exact, "gradients").startswith("∞×")
     passed = {"disk_bytes": 1_000_000, "dumps": {"policy": "failed", "kept": False,
                                                  "bytes": 5_000_000, "removed_bytes": 5_000_000}}
+    assert disk_kept(Session(paths=[], records=[{"disk_bytes": 4082}])).startswith("4.1 kB in 1")
     session = Session(paths=[], records=[record, passed])
     assert disk_kept(session) == ("4.0 MB in 2 case folder(s) (1 gradient dump(s) kept; 5.0 MB "
                                   "of dumps removed after the diff; keep-dumps failed)")
