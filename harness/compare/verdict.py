@@ -42,7 +42,7 @@ class RelativeThresholds:
 
 
 # From the measured noise floor (benchmarks/noise_floor.py over the CPU sessions of the basic
-# and pipeline_layout tags, tiny preset; docs/benchmarks.md section 5):
+# and pipeline_layout tags, tiny preset; docs/benchmarks.md section 6):
 #   float32: worst gradient ||d||/||ref|| 1.61e-7 (TP2+SP), worst loss 2.14e-8 -> 1e-5 and 1e-6,
 #            62x and 47x above the noise; 1e-5 is 10x below the 1e-4 stage bug to be caught.
 #   bfloat16: worst gradient 2.18e-3 (TP2), worst loss 4.17e-6 -> 2e-2 and 1e-4, 9x and 24x above.
