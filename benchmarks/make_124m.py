@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.assets.generate import init_weights, token_stream
 from harness.assets.presets import PRESETS
-from harness.trainer.llmc import write_checkpoint, write_tokens
+from harness.spec.llmc import write_checkpoint, write_tokens
 
 
 def main() -> int:

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
+from harness.spec.llmc import parameter_shapes, write_checkpoint, write_tokens
 from harness.spec.models import MODEL_SPECS, spec_for_config
-from harness.trainer.llmc import parameter_shapes, write_checkpoint, write_tokens
 
 from .presets import PRESETS, Preset
 

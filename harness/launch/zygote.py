@@ -74,11 +74,11 @@ PRELOAD = (
     "harness.trainer.flags",
     "harness.trainer.engine",
     "harness.trainer.data",
-    "harness.trainer.llmc",
+    "harness.spec.llmc",
     "harness.trainer.models",
     "harness.trainer.parallel",
     "harness.trainer.gradient_dump",
-    "harness.trainer.records",
+    "harness.spec.records",
     "harness.trainer.profiling",
 )
 # Environment read when an interpreter starts (sitecustomize, import paths, the allocator): a

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.trainer.records import STEP_FORMAT
+from harness.spec.records import STEP_FORMAT
 
 
 def write_steps(path: Path, steps: list[dict]) -> None:

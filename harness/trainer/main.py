@@ -9,20 +9,38 @@ another; only rank 0 prints the message.
 from __future__ import annotations
 
 import os
+import platform
 import resource
+import socket
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from harness.layout import LayoutError, resolve_layout
+from harness.spec.llmc import LlmcFormatError, read_checkpoint_header, read_tokens
 from harness.trainer.flags import FlagError, TrainerFlags, check_batch_arithmetic, parse_flags
-from harness.trainer.llmc import LlmcFormatError, read_checkpoint_header, read_tokens
 
 EXIT_BAD_INPUT = 2
 
 
 def _rank_and_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def environment(device_name: str, world_size: int, mesh: dict[str, int]) -> dict[str, Any]:
+    """run.json's `environment` block (harness.spec.records): torch, device, world, mesh."""
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "device_name": device_name,
+        "world_size": world_size,
+        "mesh": mesh,
+    }
 
 
 def _check_inputs(flags: TrainerFlags):
@@ -128,9 +146,9 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
     from harness.trainer.data import StepBatches
     from harness.trainer.engine import SingleDeviceEngine, compute_dtype
     from harness.trainer.gradient_dump import write_gradients, write_manifest
-    from harness.trainer.llmc import read_checkpoint
+    from harness.spec.llmc import read_checkpoint
     from harness.trainer.profiling import LayerProfiler, append_records, profile_path
-    from harness.trainer.records import RunRecorder, StepRecord, environment, format_step_line
+    from harness.spec.records import RunRecorder, StepRecord, format_step_line
 
     torch.manual_seed(flags.seed)
     # Memory-mapped: a pipeline rank copies in only the tensors of the chunks it builds.

@@ -38,7 +38,7 @@ def infinitrain(tmp_path_factory):
     # gets 4 KV heads so the config's TP 4 cases run, as they do on LLaMA 3.2 1B (8 KV heads).
     from harness.assets.generate import init_weights
     from harness.spec.models import LLaMA3Config
-    from harness.trainer.llmc.checkpoint import write_checkpoint
+    from harness.spec.llmc.checkpoint import write_checkpoint
 
     config = LLaMA3Config(block_size=64, vocab_size=256, n_layer=8, n_head=4, n_kv_head=4,
                           n_embd=32, ffn_dim_multiplier=1.0, multiple_of=32, norm_eps=1e-5,

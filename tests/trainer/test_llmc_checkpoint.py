@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from harness.trainer.llmc import (
+from harness.spec.llmc import (
     LlmcFormatError,
     checkpoint_info,
     parameter_shapes,

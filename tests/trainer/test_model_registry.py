@@ -31,7 +31,7 @@ from harness.spec.models import (
 
 def test_importing_the_registry_loads_no_torch():
     code = ("import sys, harness.spec.models, harness.trainer.models.configs, "
-            "harness.trainer.llmc, harness.compare.locate, harness.assets; "
+            "harness.spec.llmc, harness.compare.locate, harness.assets; "
             "print([m for m in sys.modules if m == 'torch' or m.startswith('torch.')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

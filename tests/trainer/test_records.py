@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from harness.trainer.gradient_dump import read_manifest, write_gradients, write_manifest
-from harness.trainer.records import RunRecorder, StepRecord, format_step_line, read_steps
+from harness.spec.records import RunRecorder, StepRecord, format_step_line, read_steps
 
 
 def test_step_line_has_infinitrain_shape():

@@ -12,7 +12,7 @@ from harness.layout import PipelineLayout
 from harness.trainer.gradient_dump import read_manifest
 from harness.trainer.main import main
 from harness.trainer.models import build_model
-from harness.trainer.records import read_steps
+from harness.spec.records import read_steps
 
 STEP_LINE = re.compile(
     r"^step +(\d+)/3 \| train loss (\d+\.\d{6}) \| lr 1\.00e-03 \| \(\d+\.\d ms \| \d+ tok/s \| "
@@ -58,7 +58,7 @@ def test_cli_trains_and_writes_records_step_lines_and_gradients(tiny_assets, tmp
     assert run["parallel"] == {"pp": 1, "dp": 1, "tp": 1, "vpp": 1, "schedule": None, "microbatches": 2}
 
     # Gradient dump: one file per parameter, single-device names, the parameter's shape.
-    from harness.trainer.llmc import read_checkpoint_header
+    from harness.spec.llmc import read_checkpoint_header
 
     _, config = read_checkpoint_header(tiny_assets.checkpoint(model))
     expected = {name: tuple(p.shape) for name, p in build_model(config).named_parameters()}

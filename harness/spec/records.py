@@ -1,5 +1,9 @@
 """Machine-readable run records: what the harness reads instead of parsing log lines.
 
+The format both sides share (the trainer writes with RunRecorder, the harness reads with
+read_steps or writes steps.jsonl for a foreign trainer with STEP_FORMAT); torch-free. The
+`environment` block of run.json is gathered by the trainer (harness.trainer.main.environment).
+
 Files under --output_dir, written by the one rank that reports the loss:
 
 - `run.json`: format version, the flags, the environment (torch, device, world, mesh), the
@@ -14,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import socket
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -46,21 +48,6 @@ def format_step_line(
         f"lr {record.lr:.2e} | ({record.step_time_ms:.1f} ms | {record.tokens_per_s:.0f} tok/s | "
         f"peak used: {record.peak_memory_mb:.0f} MB | DP={dp}, TP={tp}, PP={pp})"
     )
-
-
-def environment(device_name: str, world_size: int, mesh: dict[str, int]) -> dict[str, Any]:
-    import torch
-
-    return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "device_name": device_name,
-        "world_size": world_size,
-        "mesh": mesh,
-    }
 
 
 class RunRecorder:
