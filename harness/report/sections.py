@@ -119,6 +119,8 @@ def summary(views: list[CaseView], session: Session) -> list[str]:
 def diff_cell(record: dict, key: str) -> str:
     """"max |diff| / tolerance", with a ✗ and what broke when the comparison failed."""
     diff = section(record, key)
+    if diff.get("compared") is False:  # the trainer cannot give them: say why, never "passed"
+        return f"not compared: {diff.get('reason') or 'no reason recorded'}"
     if not diff:
         compared = section(record, "compare").get(key)
         return "not compared" if compared is False else NA
