@@ -106,11 +106,12 @@ def test_every_case_of_infinitrains_config_is_compared_or_skipped_with_a_reason(
           f"gradients, {len(loss_only)} on loss only ({dict(reasons)}), {len(skipped)} skipped")
 
 
-def test_a_difference_planted_in_one_parameter_is_found_and_located(infinitrain):
+@pytest.mark.parametrize("launch", ["threads", "infini_run"])
+def test_a_difference_planted_in_one_parameter_is_found_and_located(infinitrain, launch):
     root, build, var_args = infinitrain
     result, records = run_session(
-        root, build, var_args, root / "planted", "-m", "basic", "-k",
-        "gpt2 and (6 or 7) and not bfloat16",
+        root, build, var_args, root / f"planted-{launch}", "-m", "basic", "-k",
+        "gpt2 and (6 or 7) and not bfloat16", "--infinitrain-launch", launch,
         env={"STANDIN_PLANT": "transformer.h.5.mlp.c_fc.weight:1e-3"})
     output = result.stdout + result.stderr
     names = {r["name"]: r for r in records}
