@@ -9,7 +9,8 @@
     flags.py         the flag tables and each flag's typed value
     world_size.py    world size (dp / nthread_per_process x tp x pp) and total-batch arithmetic
     substitution.py  @VAR@
-    config_types.py  the dataclasses: Tolerance(s), Compare, ModelFiles, TrainerSpec, Case, ...
+    config_types.py  the dataclasses: Compare, ModelFiles, TrainerSpec, Case, ... (Tolerance(s):
+                     harness.spec.tolerance, re-exported here)
     schema.py        the JSON Schema
 """
 
@@ -19,10 +20,9 @@ from .config_types import (
     HarnessConfig,
     ModelFiles,
     Overrides,
-    Tolerance,
-    Tolerances,
     TrainerSpec,
 )
+from harness.spec.tolerance import Tolerance, Tolerances  # the package API: configs use them
 from .errors import ConfigError
 from .load import load_config, read_tags
 

@@ -1,45 +1,15 @@
-"""The loaded config's types: tolerances, what a case compares, model files, assets, the
-trainer, one expanded case, and the whole config. Each checks itself on construction."""
+"""The loaded config's types: what a case compares, model files, assets, the trainer, one
+expanded case, and the whole config (the tolerance type is harness.spec.tolerance's). Each
+checks itself on construction."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.spec.flags import FLAG_TABLE, HARNESS, reference_args, unknown_to
-
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Pass when |got - ref| <= atol + rtol * |ref|, element-wise."""
-
-    atol: float
-    rtol: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} is {value!r}; expected a finite number >= 0")
-
-    def to_dict(self) -> dict:
-        return {"atol": self.atol, "rtol": self.rtol}
-
-    def __str__(self) -> str:
-        return f"atol={self.atol:g} rtol={self.rtol:g}"
-
-
-@dataclass(frozen=True)
-class Tolerances:
-    loss: Tolerance
-    gradients: Tolerance
-
-    def to_dict(self) -> dict:
-        return {"loss": self.loss.to_dict(), "gradients": self.gradients.to_dict()}
+from harness.spec.tolerance import Tolerance, Tolerances  # noqa: F401  (HarnessConfig's field type)
 
 
 @dataclass(frozen=True)

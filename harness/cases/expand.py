@@ -3,9 +3,11 @@ resolved flags, world size, tolerances and comparisons (top level < group < case
 
 from __future__ import annotations
 
-from .args import resolve_args
-from .config_types import Case, Compare, Tolerance, Tolerances
 from harness.spec.flags import DTYPES
+from harness.spec.tolerance import Tolerance, Tolerances
+
+from .args import resolve_args
+from .config_types import Case, Compare
 
 # atol per dtype (InfiniTrain's loss thresholds); rtol 0 unless configured.
 DEFAULT_ATOL = {"float32": 1e-5, "bfloat16": 1e-2}

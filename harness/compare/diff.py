@@ -16,12 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # any object with atol / rtol does; importing the config package is not needed
-    from harness.cases import Tolerance
+from harness.spec.tolerance import Tolerance  # any object with atol / rtol does
 
 from .fastdiff import FileStats, ShapeError, UnreadableError, diff_files, exact_stats
 from .locate import Locator, layer_of
