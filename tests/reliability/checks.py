@@ -66,5 +66,5 @@ def results(session: Path) -> dict[str, dict]:
     names = [r["name"] for r in records]
     assert len(names) == len(set(names)), names
     for record in records:
-        assert record["format"] == "harness.result/1"
+        assert record["format"] == "harness.result/2"
     return {r["name"]: r for r in records}

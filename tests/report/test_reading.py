@@ -27,7 +27,7 @@ def test_a_partial_file_keeps_its_good_records_and_names_its_bad_lines(tmp_path)
     problems = {b.number: b.problem for b in session.bad_lines}
     assert problems[2].startswith("not JSON")
     assert problems[3] == "not a record (a JSON list)"
-    assert problems[4] == "format 'harness.result/9', expected 'harness.result/1'"
+    assert problems[4] == "format 'harness.result/9', expected 'harness.result/2'"
     assert problems[5].startswith("status 'maybe'")
     assert problems[7] == "truncated (the session stopped while writing it)"
 
