@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.spec.flags import FlagError, microbatches
+
 
 def world_size(flags: dict[str, Any], data_parallel: tuple | None, nthreads: tuple | None,
                failer) -> int:
@@ -31,11 +33,17 @@ def resolve_total_batch_size(flags: dict[str, Any], world: int, location: list, 
     """Default `total_batch_size` to one pass of every data-parallel rank, or refuse (at
     `location`) one that the passes do not divide."""
     dp = world // (flags["tensor_parallel"] * flags["pipeline_parallel"])
-    per_pass = flags["batch_size"] * flags["sequence_length"] * dp
+    batch, sequence = flags["batch_size"], flags["sequence_length"]
     if "total_batch_size" not in flags:
-        flags["total_batch_size"] = per_pass
-    elif flags["total_batch_size"] % per_pass:
-        failer(location)(
-            f"{flags['total_batch_size']} is not a multiple of batch_size * sequence_length * "
-            f"data-parallel size = {flags['batch_size']} * {flags['sequence_length']} * {dp} "
-            f"= {per_pass}")
+        flags["total_batch_size"] = batch * sequence * dp  # one microbatch per rank
+        return
+    try:  # the arithmetic is the spec's, as the trainer checks it (trainer.flags)
+        microbatches(flags["total_batch_size"], batch, sequence, dp)
+    except FlagError:
+        pass
+    else:
+        return
+    # The config's wording: the field is named by `location`, not as a --flag.
+    failer(location)(
+        f"{flags['total_batch_size']} is not a multiple of batch_size * sequence_length * "
+        f"data-parallel size = {batch} * {sequence} * {dp} = {batch * sequence * dp}")
