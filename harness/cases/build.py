@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.spec.models import MODEL_SPECS
+
 from .config_types import Assets, HarnessConfig, ModelFiles, Overrides, TrainerSpec
 from .errors import failer_for
 from .expand import expand_cases
 from .substitution import substitute
 
-DEFAULT_MODELS = ("gpt2", "llama3")
+DEFAULT_MODELS = tuple(MODEL_SPECS)  # every registered model family
 
 
 def build_config(path: Path, data: dict, overrides: Overrides | None = None) -> HarnessConfig:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from harness.spec.flags import FLAGS
+from harness.spec.models import MODEL_SPECS
 
 SCHEMA_ID = "https://example.invalid/harness/test_config.schema.json"
 
@@ -45,7 +46,7 @@ _COMPARE = {
 }
 _MODELS = {
     "type": "array",
-    "items": {"enum": ["gpt2", "llama3"]},
+    "items": {"enum": list(MODEL_SPECS)},  # the registered model families
     "minItems": 1,
     "uniqueItems": True,
 }
@@ -94,7 +95,7 @@ SCHEMA: dict = {
                     "required": ["checkpoint", "input_bin"],
                     "properties": {"checkpoint": _STR, "input_bin": _STR},
                 }
-                for model in ("gpt2", "llama3")
+                for model in MODEL_SPECS
             },
         },
         "assets": {

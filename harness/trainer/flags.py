@@ -22,8 +22,9 @@ from harness.spec.flags import (  # noqa: F401  (re-exported: the trainer's voca
     expected,
     microbatches,
 )
+from harness.spec.models import MODEL_SPECS
 
-MODELS = ("gpt2", "llama3")
+MODELS = tuple(MODEL_SPECS)  # every registered model family
 
 
 @dataclass(frozen=True)
