@@ -42,8 +42,11 @@ def view(record: dict) -> CaseView:
     pp = _int(parallel.get("pp"), _int(flags.get("pipeline_parallel"), 1))
     # A Megatron layout string or a chunk list sets vpp without the flag: the layout knows.
     vpp = _int(layout.get("vpp"), _int(parallel.get("vpp"), 1))
+    # "auto": the bundled trainer picks the schedule that fits the layout; another trainer
+    # (InfiniTrain) runs its own and does not say which.
+    foreign = record.get("trainer") not in (None, "harness")
     schedule = (parallel.get("schedule") or flags.get("pipeline_schedule")
-                or ("auto" if pp > 1 else "–"))
+                or (("its own" if foreign else "auto") if pp > 1 else "–"))
     return CaseView(
         record=record, name=record["name"], tag=str(record.get("tag")),
         model=str(record.get("model")), case_id=str(record.get("case_id")),

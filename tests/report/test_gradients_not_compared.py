@@ -13,3 +13,12 @@ def test_gradients_not_compared_show_the_reason():
     assert diff_cell(record, "gradients") == f"not compared: {REASON}"
     assert margin_cell(record, "gradients") == "–"
     assert diff_cell(record, "loss").startswith("0 / ")
+
+
+def test_a_foreign_trainers_schedule_is_its_own_not_auto():
+    from harness.report.summary import view
+
+    record = {"name": "basic/gpt2/6", "status": "passed", "parallel": {"pp": 8}, "flags": {},
+              "layout": {}}
+    assert view({**record, "trainer": "infinitrain"}).schedule == "its own"
+    assert view({**record, "trainer": "harness"}).schedule == "auto"
