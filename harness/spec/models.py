@@ -4,7 +4,8 @@ A spec is everything the rest of the code needs to know about a family, as data:
 
 - its config dataclass (the llm.c header's hyper-parameters; defined here, torch-free);
 - its torch module, as an import path resolved only when a model is built;
-- its llm.c file formats: checkpoint magic and tensor order, token-file magic / version / dtype;
+- its llm.c file formats: checkpoint magic, header fields and tensor order, token-file
+  magic / version / dtype;
 - its tensor-parallel plan, keyed by module-name pattern (``h.*.attn.c_attn``, ``*`` = one name
   part, the layer index), and the sequence-parallel entries that make SP a variant of that plan;
 - its tied parameters (GPT-2: ``wte.weight`` is also the head, ``lm_head.weight`` on a part
@@ -216,6 +217,14 @@ def _llama3_tensor_layout(config: LLaMA3Config) -> Layout:
     return head + [(name, shape, True) for name, shape in per_layer] + tail
 
 
+# The llm.c checkpoint header after (magic, version): one int32 slot per config field, in order.
+# How a slot is stored and checked when read:
+#   "positive"  an int32 > 0;          "count"  an int32 >= 0;     "int"  an int32 as stored;
+#   "float32"   float32 bits (positive, finite, normal);            "bool" 0 or 1.
+HEADER_KINDS = ("positive", "float32", "bool", "count", "int")  # also the order of the checks
+HeaderFields = tuple  # ((config field, kind), ...) from header slot 2 on
+
+
 # ------------------------------------------------------------------------------- the spec
 
 
@@ -227,6 +236,7 @@ class ModelSpec:
     builder: str  # "module:Class" of the torch module, imported on first build
     # llm.c files
     checkpoint_magic: int
+    header_fields: HeaderFields  # the checkpoint header's config fields (HEADER_KINDS)
     tensor_layout: Callable[[object], Layout]  # file order of the checkpoint's tensors
     token_magic: int
     token_version: int
@@ -375,6 +385,8 @@ GPT2_SPEC = register_model(ModelSpec(
     config=GPT2Config,
     builder="harness.trainer.models.gpt2:GPT2",
     checkpoint_magic=20240326,
+    header_fields=tuple((name, "positive") for name in (
+        "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "padded_vocab_size")),
     tensor_layout=_gpt2_tensor_layout,
     token_magic=20240520, token_version=1, token_dtype="<u2", token_max_id=2**16 - 1,
     tp_plan=_BLOCK_TP,
@@ -401,6 +413,14 @@ LLAMA3_SPEC = register_model(ModelSpec(
     config=LLaMA3Config,
     builder="harness.trainer.models.llama3:LLaMA3",
     checkpoint_magic=20240803,
+    # InfiniTrain's reader layout (llm.c's train_llama3.py truncates the float fields)
+    header_fields=(
+        ("block_size", "positive"), ("vocab_size", "positive"), ("n_layer", "positive"),
+        ("n_head", "positive"), ("n_kv_head", "positive"), ("n_embd", "positive"),
+        ("ffn_dim_multiplier", "float32"), ("multiple_of", "positive"),
+        ("norm_eps", "float32"), ("rope_theta", "float32"), ("use_scaled_rope", "bool"),
+        ("max_gen_batch_size", "count"), ("version_major", "int"), ("version_minor", "int"),
+    ),
     tensor_layout=_llama3_tensor_layout,
     # InfiniTrain loads them as int32: the same bytes while ids stay below 2**31
     token_magic=20240801, token_version=7, token_dtype="<u4", token_max_id=2**31 - 1,

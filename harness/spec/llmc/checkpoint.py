@@ -14,6 +14,9 @@ LLaMA 3 header: magic 20240803, version, block_size, vocab_size, n_layer, n_head
                train_llama3.py stores the three float fields into an int32 tensor, truncating
                them (norm_eps becomes 0): such a file cannot be recovered and is refused.
 
+The header's fields per family, and how each is checked, are the registry's
+(``ModelSpec.header_fields``, harness.spec.models); the tensor order is ``ModelSpec.tensor_layout``.
+
 In memory, tensors are unstacked and named per layer as docs/design.md fixes
 (``h.{i}.attn.c_attn.weight``), so one name means one tensor on any pipeline stage.
 """
@@ -30,6 +33,7 @@ import numpy as np
 
 from harness.spec.models import (
     CHECKPOINT_VERSIONS,
+    HEADER_KINDS,
     GPT2_SPEC,
     LLAMA3_SPEC,
     MODEL_SPECS,
@@ -129,35 +133,32 @@ def _check_float_field(path, name: str, bits: np.int32, value: float) -> None:
                                 f"finite, normal float32{hint}")
 
 
-def _decode_config(path, magic: int, h: np.ndarray) -> ModelConfig:
-    names = ["block_size", "vocab_size", "n_layer", "n_head"]
-    if magic == GPT2_MAGIC:
-        names += ["n_embd", "padded_vocab_size"]
-        ints = dict(zip(names, (int(v) for v in h[2:8])))
-        check_positive(path, **ints)
-        make = lambda: GPT2Config(**ints)  # noqa: E731
-    else:
-        names += ["n_kv_head", "n_embd"]
-        ints = dict(zip(names, (int(v) for v in h[2:8])))
-        ints["multiple_of"] = int(h[9])
-        check_positive(path, **ints)
-        floats = {"ffn_dim_multiplier": h[8], "norm_eps": h[10], "rope_theta": h[11]}
-        decoded = {}
-        for name, bits in floats.items():
-            decoded[name] = _f32(bits)
-            _check_float_field(path, name, bits, decoded[name])
-        if int(h[12]) not in (0, 1):
-            raise LlmcFormatError(path, f"header field use_scaled_rope is {int(h[12])}; "
-                                        "expected 0 or 1")
-        if int(h[13]) < 0:
-            raise LlmcFormatError(path, f"header field max_gen_batch_size is {int(h[13])}; "
-                                        "it must not be negative")
-        make = lambda: LLaMA3Config(  # noqa: E731
-            **ints, **decoded, use_scaled_rope=bool(h[12]), max_gen_batch_size=int(h[13]),
-            version_major=int(h[14]), version_minor=int(h[15]),
-        )
+def _decode_config(path, spec, h: np.ndarray) -> ModelConfig:
+    """The config from the header slots the family's ``ModelSpec.header_fields`` name, checked
+    kind by kind (HEADER_KINDS order: every positive int, then the floats, ...)."""
+    slots = {name: (kind, h[2 + i]) for i, (name, kind) in enumerate(spec.header_fields)}
+    values: dict = {}
+    for want in HEADER_KINDS:
+        fields = {name: raw for name, (kind, raw) in slots.items() if kind == want}
+        if want == "positive":
+            values.update({name: int(raw) for name, raw in fields.items()})
+            check_positive(path, **{name: values[name] for name in fields})
+        for name, raw in fields.items():
+            if want == "float32":
+                values[name] = _f32(raw)
+                _check_float_field(path, name, raw, values[name])
+            elif want == "bool":
+                if int(raw) not in (0, 1):
+                    raise LlmcFormatError(path, f"header field {name} is {int(raw)}; "
+                                                "expected 0 or 1")
+                values[name] = bool(raw)
+            elif want in ("count", "int"):
+                if want == "count" and int(raw) < 0:
+                    raise LlmcFormatError(path, f"header field {name} is {int(raw)}; "
+                                                "it must not be negative")
+                values[name] = int(raw)
     try:
-        return make()
+        return spec.config(**values)
     except ValueError as e:  # inconsistent fields, e.g. n_embd not divisible by n_head
         raise LlmcFormatError(path, f"inconsistent header: {e}") from None
 
@@ -185,7 +186,7 @@ def checkpoint_info(path: str | os.PathLike) -> CheckpointHeader:
         known = ", ".join(f"{v} ({d})" for v, d in VERSION_DTYPES.items())
         raise LlmcFormatError(path, f"unsupported {model} checkpoint version {version} "
                                     f"(supported: {known})")
-    config = _decode_config(path, magic, h)
+    config = _decode_config(path, MODEL_SPECS[model], h)
     dtype = VERSION_DTYPES[version]
     n = _num_parameters(config)
     itemsize = 4 if dtype == "float32" else 2
@@ -236,21 +237,12 @@ def read_checkpoint(path: str | os.PathLike, *, mmap: bool = False) -> Checkpoin
 
 
 def _encode_header(config: ModelConfig, version: int) -> bytes:
+    spec = spec_for_config(config)
     h = np.zeros(256, dtype="<i4")
-    h[1] = version
-    h[2:6] = [config.block_size, config.vocab_size, config.n_layer, config.n_head]
-    if isinstance(config, GPT2Config):
-        h[0] = GPT2_MAGIC
-        h[6:8] = [config.n_embd, config.padded_vocab_size]
-    else:
-        h[0] = LLAMA3_MAGIC
-        h[6:8] = [config.n_kv_head, config.n_embd]
-        h[8] = _f32_bits(config.ffn_dim_multiplier)
-        h[9] = config.multiple_of
-        h[10] = _f32_bits(config.norm_eps)
-        h[11] = _f32_bits(config.rope_theta)
-        h[12:16] = [int(config.use_scaled_rope), config.max_gen_batch_size,
-                    config.version_major, config.version_minor]
+    h[0], h[1] = spec.checkpoint_magic, version
+    for i, (name, kind) in enumerate(spec.header_fields):
+        value = getattr(config, name)
+        h[2 + i] = _f32_bits(value) if kind == "float32" else int(value)
     return h.tobytes()
 
 
