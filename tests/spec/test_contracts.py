@@ -1,0 +1,152 @@
+"""harness.spec is the torch-free contracts package both sides import (issue 11, item 1):
+
+(a) importing harness.spec and each of its modules, in a fresh interpreter, loads no torch;
+(b) no module under harness/ outside harness/trainer/ imports harness.trainer, at module level,
+    inside a function or under TYPE_CHECKING; naming it in a string (the launch command
+    `python -m harness.trainer`, the zygote's preload list) is not an import;
+(c) harness.spec imports nothing from the rest of harness but harness.layout.
+
+The zygote (harness/launch/zygote*.py) pre-warms the trainer on purpose, but only by module-name
+strings (PRELOAD, HARNESS_ZYGOTE_ENTRY) handed to importlib.import_module inside the zygote
+process, which is the trainer's process, not the harness's: a string mention, so it needs no
+exception here. A literal `importlib.import_module("harness.trainer...")` or `__import__` would
+count as an import and fail (b).
+
+The registry's builders ("harness.trainer.models.gpt2:GPT2") are strings too: harness.spec
+resolves them only when the trainer calls ``ModelSpec.build``.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import harness
+
+ROOT = Path(harness.__file__).resolve().parent
+SPEC = ROOT / "spec"
+TRAINER = "harness.trainer"
+SPEC_MAY_IMPORT = ("harness.spec", "harness.layout")
+
+
+def _module_name(path: Path) -> str:
+    parts = ["harness", *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _spec_modules() -> list[str]:
+    return sorted(_module_name(p) for p in SPEC.rglob("*.py"))
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def imported_modules(path: Path, text: str | None = None) -> list[tuple[str, int]]:
+    """(absolute module, line) of every import in ``path``, wherever it sits (module level,
+    functions, classes, TYPE_CHECKING blocks), relative imports resolved; ``from pkg import x``
+    gives ``pkg.x`` as well as ``pkg`` (x may be a submodule); literal-string
+    ``importlib.import_module`` / ``__import__`` calls count too."""
+    tree = ast.parse(path.read_text() if text is None else text, filename=str(path))
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.append((module, node.lineno))
+            found.extend((f"{module}.{alias.name}", node.lineno) for alias in node.names
+                         if alias.name != "*")
+        elif isinstance(node, ast.Call) and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in ("import_module", "__import__"):
+                found.append((node.args[0].value, node.lineno))
+    return found
+
+
+def test_the_scan_sees_every_kind_of_import():
+    text = ("from ..trainer import main\nfrom harness import trainer\n"
+            "import harness.trainer.engine as e\nfrom . import ports\n"
+            "if TYPE_CHECKING:\n    from harness.trainer.flags import X\n"
+            "def f():\n    from harness.trainer.data import y\n"
+            "    importlib.import_module('harness.trainer.main')\n"
+            "cmd = ['python', '-m', 'harness.trainer']\n")
+    hits = sorted({line for module, line in imported_modules(ROOT / "launch" / "x.py", text)
+                   if _under(module, TRAINER)})
+    assert hits == [1, 2, 3, 6, 8, 9]  # not the string in the launch command (line 10)
+
+
+# ------------------------------------------------------------------ (b) harness side -> trainer
+
+def test_no_module_outside_the_trainer_imports_the_trainer():
+    offenders = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] == "trainer":
+            continue
+        for module, line in imported_modules(path):
+            if _under(module, TRAINER):
+                offenders.append(f"harness/{rel.as_posix()}:{line} imports {module}")
+    assert not offenders, "\n".join(offenders)
+
+
+# ------------------------------------------------------------------ (c) spec is a leaf
+
+def test_spec_imports_only_itself_and_the_layout_from_harness():
+    offenders = []
+    for path in sorted(SPEC.rglob("*.py")):
+        for module, line in imported_modules(path):
+            if _under(module, "harness") and module != "harness" \
+                    and not any(_under(module, allowed) for allowed in SPEC_MAY_IMPORT):
+                offenders.append(f"harness/{path.relative_to(ROOT).as_posix()}:{line} "
+                                 f"imports {module}")
+    assert not offenders, "\n".join(offenders)
+
+
+# ------------------------------------------------------------------ (a) torch-free, for real
+
+_PROBE = """
+import importlib, importlib.abc, sys
+tried = []
+class Recorder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'torch':
+            tried.append(name)
+        return None
+sys.meta_path.insert(0, Recorder())
+importlib.import_module(sys.argv[1])
+torch = sorted(m for m in sys.modules if m.split('.')[0] == 'torch')
+others = sorted(m for m in sys.modules if m.startswith('harness.')
+                and not m.startswith(('harness.spec', 'harness.layout')))
+print(torch, tried, others)
+"""
+
+
+def test_the_probe_sees_torch():
+    pytest.importorskip("torch")
+    result = subprocess.run([sys.executable, "-c", _PROBE, "harness.trainer.models.gpt2"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not result.stdout.startswith("[] []")
+
+
+@pytest.mark.parametrize("module", _spec_modules())  # harness.spec (its __init__) included
+def test_each_spec_module_loads_no_torch_and_no_other_harness_package(module):
+    result = subprocess.run([sys.executable, "-c", _PROBE, module], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[] [] []", f"{module}: torch loaded, torch tried, " \
+                                                f"other harness modules: {result.stdout}"
