@@ -3,6 +3,7 @@ flags the harness owns refused."""
 
 from __future__ import annotations
 
+from difflib import get_close_matches
 from typing import Any
 
 from harness.spec.flags import FLAG_TABLE, HARNESS
@@ -11,6 +12,9 @@ from .flags import HARNESS_OWNED, TRAINER_DEFAULTS, coerce
 from .substitution import substitute
 from .world_size import resolve_total_batch_size, world_size
 
+# How close an unknown flag's name must be to a known one to be refused as a typo (difflib's
+# ratio: batch_sise / batch_size is 0.9; a foreign trainer's own names are far from ours).
+TYPO_CUTOFF = 0.85
 # Flags the harness turns into a process count instead of passing them to its own trainer.
 _WORLD_FLAGS = ("data_parallel", "nthread_per_process")
 
@@ -31,6 +35,12 @@ def resolve_args(layers, variables, failer):
         fail = failer(location)
         if name in HARNESS_OWNED:
             fail(f"is set by the harness, not by a case: {HARNESS_OWNED[name]}")
+        if name not in FLAG_TABLE:
+            typo = get_close_matches(name, FLAG_TABLE, n=1, cutoff=TYPO_CUTOFF)
+            if typo:
+                fail(f"unknown trainer flag {name!r}; did you mean {typo[0]!r}? (a flag the "
+                     f"harness does not know is passed to a foreign trainer as written, but "
+                     f"this one is a near-miss of a known flag)")
         value = coerce(name, substitute(raw, variables, fail), fail)
         if name in _WORLD_FLAGS:
             counts[name] = (value, location)

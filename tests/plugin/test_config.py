@@ -91,6 +91,11 @@ def test_variables_substitute_strings_and_typed_values(tmp_path):
      "case 'pp2', field args.pipeline_parallel: 'two' is not an integer"),
     (lambda d: d["test_groups"][0]["tests"][0]["args"].update(dtype="fp16"),
      "case 'pp2', field args.dtype: 'fp16' is not one of float32, bfloat16"),
+    (lambda d: d["test_groups"][0]["tests"][0]["args"].update(pipeline_paralel=2),
+     "case 'pp2', field args.pipeline_paralel: unknown trainer flag 'pipeline_paralel'; did "
+     "you mean 'pipeline_parallel'?"),
+    (lambda d: d["test_groups"][0]["tests"][0]["args"].update(zero_stage=5),
+     "case 'pp2', field args.zero_stage: 5 is not an integer from 0 to 3"),
     (lambda d: d["test_groups"][0]["tests"][0]["args"].update(output_dir="x"),
      "case 'pp2', field args.output_dir: is set by the harness"),
     (lambda d: d["test_groups"][0]["tests"][0]["args"].update(nthread_per_process=3),
@@ -172,3 +177,15 @@ def test_infinitrain_only_flags_skip_on_our_trainer_and_pass_through_a_command(t
     assert runner.skip_reason(cases["basic/gpt2/3"]) == (
         "needs 8 devices (dp 8 x tp 1 x pp 1), but --gpus allows 4")
     assert runner.skip_reason(cases["basic/gpt2/2"]) is None
+
+
+def test_a_foreign_flag_passes_through_as_written_and_stays_in_the_reference(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"test_groups": [{"tag": "t", "tests": [{"id": "a", "args": {
+        "tensor_parallel": 2, "data_parallel": 1, "my_new_flag": "x,y", "lora_rank": 8}}]}]}))
+    case = load_config(path).cases[0]
+    assert case.args == {"tensor_parallel": 2, "my_new_flag": "x,y", "lora_rank": 8}
+    assert case.passthrough == ("my_new_flag",)
+    assert case.unsupported == ("my_new_flag", "lora_rank")  # the bundled trainer lacks them
+    assert case.reference_args() == {"my_new_flag": "x,y", "lora_rank": 8}
+    assert "my_new_flag" not in case.flags and case.world_size == 2
