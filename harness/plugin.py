@@ -13,6 +13,7 @@ import pytest
 
 from harness.cases import ConfigError, Overrides, load_config, read_tags
 from harness.cases.node_ids import case_names
+from harness.results.location import DEFAULT_OUTPUT, env_output, record_last_session
 from harness.session_folder import new_session_dir
 
 _SETTINGS = pytest.StashKey[dict]()
@@ -28,11 +29,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-config", default=None, metavar="PATH",
                     help="test config (default: configs/test_config.json under the rootdir)")
     group.addoption("--harness-output", default=None, metavar="DIR",
-                    help="where sessions write runs and results (default: reports/harness)")
+                    help="where sessions write runs and results (default: $HARNESS_OUTPUT, "
+                         "else reports/harness under the rootdir)")
     group.addoption("--harness-reference-cache", default=None, metavar="DIR",
                     help="single-device reference cache (default: <output>/reference-cache)")
     group.addoption("--harness-timeout", type=float, default=900.0, metavar="SECONDS",
-                    help="per-run timeout; a run past it is killed with all its processes")
+                    help="per-run timeout; a run past it is killed with all its processes "
+                         "(default 900)")
     group.addoption("--harness-device", choices=("auto", "cpu", "cuda"), default="auto",
                     help="cuda, cpu (gloo, one process per device slot), or auto")
     group.addoption("--harness-trainer", choices=("harness", "command", "infinitrain"),
@@ -58,10 +61,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "evicted at session end (default 20; 0: no bound)")
 
 
+def _named_configs(config: pytest.Config) -> list[Path]:
+    """JSON files named as paths on the command line: harness configs, collected as cases
+    (`pytest my_config.json`), wherever they are."""
+    named = []
+    for arg in config.args:
+        path = Path(arg.split("::")[0])
+        if path.suffix == ".json" and path.is_file() and path.resolve() not in named:
+            named.append(path.resolve())
+    return named
+
+
 def _config_path(config: pytest.Config) -> Path:
     given = config.getoption("--harness-config")
     if given:
         return Path(given).resolve()
+    named = _named_configs(config)
+    if len(named) > 1:
+        raise pytest.UsageError(
+            "one harness config per session; got " + ", ".join(str(p) for p in named)
+            + " (run them one after the other)")
+    if named:
+        return named[0]
     return (config.rootpath / "configs" / "test_config.json").resolve()
 
 
@@ -70,11 +91,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "harness: a precision case expanded from the test config")
     for tag in read_tags(path):
         config.addinivalue_line("markers", f"{tag}: test config tag {tag!r} ({path.name})")
-    if config.getoption("--harness-config") and not any(
-            path == Path(a.split("::")[0]).resolve() or Path(a).resolve() in path.parents
-            for a in config.args):
-        config.args.append(str(path))
-    output = Path(config.getoption("--harness-output") or config.rootpath / "reports" / "harness")
+    if config.getoption("--harness-config"):
+        if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+            # `pytest --harness-config X` alone runs X's cases, not the ini's testpaths too.
+            config.args[:] = [str(path)]
+        elif not any(path == Path(a.split("::")[0]).resolve() or Path(a).resolve() in path.parents
+                     for a in config.args):
+            config.args.append(str(path))
+    output = Path(config.getoption("--harness-output") or env_output()
+                  or config.rootpath / DEFAULT_OUTPUT)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and _SESSION_KEY in workerinput:
         session_dir = Path(workerinput[_SESSION_KEY])
@@ -131,6 +156,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         s = config.stash[_SETTINGS]
         s["header"]["finished_at"] = now()
         write_header(s["session_dir"], s["header"])
+        record_last_session(s["session_dir"])  # python -m harness.report finds it from anywhere
         max_gb = config.getoption("--harness-reference-cache-max-gb")
         if max_gb and max_gb > 0:
             from harness.reference.prune import prune
@@ -234,9 +260,41 @@ def _runner(config: pytest.Config, harness_config):
     return config.stash[_RUNNER]
 
 
+@pytest.hookimpl(trylast=True)  # after other plugins' sections: the last thing before the result line
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if not _is_controller(config):
         return
-    results = config.stash[_SETTINGS]["session_dir"] / "results.jsonl"
-    if results.is_file():
-        terminalreporter.write_line(f"harness results: {results}")
+    session_dir = config.stash[_SETTINGS]["session_dir"]
+    results = session_dir / "results.jsonl"
+    if not results.is_file():
+        return
+    import shlex
+
+    terminalreporter.section("harness session", sep="-")
+    terminalreporter.write_line(f"session folder: {session_dir.resolve()}")
+    for (tag, model), counts in _status_counts(results).items():
+        text = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+        terminalreporter.write_line(f"  {tag} / {model}: {text}")
+    terminalreporter.write_line(
+        f"report: python -m harness.report {shlex.quote(str(session_dir.resolve()))}")
+
+
+def _status_counts(results: Path) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (tag, model), in name order: how many records have each status (a rerun's
+    duplicate counts once, the last record winning; unreadable lines are left to the report)."""
+    import json
+
+    last: dict[str, dict] = {}
+    for line in results.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("name") and record.get("status"):
+            last[record["name"]] = record
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for record in last.values():
+        key = (str(record.get("tag")), str(record.get("model")))
+        row = counts.setdefault(key, {s: 0 for s in ("passed", "failed", "skipped", "error")})
+        row[record["status"]] = row.get(record["status"], 0) + 1
+    return dict(sorted(counts.items()))

@@ -1,7 +1,9 @@
 """`python -m harness.report [RESULTS ...] [-o FILE] [--compare OLD]`.
 
 RESULTS: results files, session folders, or an output folder (its latest session); default the
-latest session under reports/harness (the plugin's default --harness-output). The report goes to
+latest session under $HARNESS_OUTPUT when set, else the one the last pytest session wrote (its
+folder is in ~/.cache/harness/last_session, harness.results.location), else the latest under
+./reports/harness (the plugin's default --harness-output). The report goes to
 `report.md` in the session folder unless -o says otherwise; the path is printed.
 """
 
@@ -12,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .document import build
-from .reading import DEFAULT_ROOT, NoResults, latest_results, read_session, resolve
+from .reading import NoResults, default_results, read_session, resolve
 
 
 def parser() -> argparse.ArgumentParser:
@@ -21,7 +23,9 @@ def parser() -> argparse.ArgumentParser:
         description="Write a markdown report (with PNG plots beside it) of a harness session.")
     p.add_argument("results", nargs="*", metavar="RESULTS",
                    help="results.jsonl files, session folders, or an output folder "
-                        f"(default: the latest session under {DEFAULT_ROOT})")
+                        "(default: the latest session under $HARNESS_OUTPUT when set; else "
+                        "the session the last pytest run wrote, named in "
+                        "~/.cache/harness/last_session; else the latest under ./reports/harness)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="the markdown file (default: report.md beside the first results file)")
     p.add_argument("--compare", metavar="OLD_RESULTS",
@@ -49,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         about = _about(args.about)
-        paths = [resolve(r) for r in args.results] or [latest_results(DEFAULT_ROOT)]
+        paths = [resolve(r) for r in args.results] or [default_results()]
         previous = read_session([resolve(args.compare)]) if args.compare else None
     except (NoResults, ValueError) as error:
         print(f"harness.report: {error}", file=sys.stderr)

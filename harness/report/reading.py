@@ -70,6 +70,28 @@ def latest_results(root: Path = DEFAULT_ROOT) -> Path:
     return found[-1]
 
 
+def default_results() -> Path:
+    """What to report on when nothing is named: the latest session under $HARNESS_OUTPUT when
+    set; else the session the last pytest run wrote (the pointer file); else the latest under
+    ./reports/harness."""
+    from harness.results.location import OUTPUT_ENV, env_output, last_session, pointer_file
+
+    output = env_output()
+    if output is not None:
+        try:
+            return latest_results(output)
+        except NoResults as error:
+            raise NoResults(f"{error} (from ${OUTPUT_ENV})") from None
+    folder = last_session()
+    if folder is not None:
+        return folder / RESULTS_NAME
+    try:
+        return latest_results(DEFAULT_ROOT)
+    except NoResults as error:
+        raise NoResults(f"{error}; no last session recorded in {pointer_file()}; "
+                        f"${OUTPUT_ENV} not set") from None
+
+
 def resolve(argument: str | Path) -> Path:
     """A results file, a session folder, or an output root (its latest session)."""
     path = Path(argument)

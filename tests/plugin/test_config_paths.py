@@ -1,0 +1,92 @@
+"""Any harness config named as a path is collected as cases (and only it when it is the only
+path); `--harness-config X` alone does not add the ini's testpaths; the terminal summary ends
+with the session folder, the counts per tag and model and the report command; the session is
+recorded for `python -m harness.report` (the last-session pointer)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from .conftest import fake_config, plugin_args
+
+OK = [{"id": "ok", "args": {}}, {"id": "pp2", "args": {"pipeline_parallel": 2}}]
+COMMON = ["--harness-device", "cpu", "-p", "no:cacheprovider", "--gpus", "2"]
+
+
+def _with_unit_suite(pytester) -> None:
+    pytester.makeini("[pytest]\ntestpaths = unit cases.json\n")
+    (pytester.path / "unit").mkdir()
+    (pytester.path / "unit" / "test_unit.py").write_text("def test_unit():\n    pass\n")
+
+
+def test_a_config_given_as_a_path_is_collected_alone(pytester, harness_dir):
+    _with_unit_suite(pytester)
+    harness_dir(fake_config(OK))
+    mine = pytester.path / "my_config.json"
+    shutil.copy(pytester.path / "cases.json", mine)
+    out = pytester.path / "out"
+    result = pytester.runpytest(*plugin_args(), "my_config.json", "--harness-output", str(out),
+                                *COMMON, "-q", "--co")
+    result.stdout.fnmatch_lines(["my_config.json::fake/gpt2/ok", "my_config.json::fake/gpt2/pp2",
+                                 "2 tests collected*"])
+    assert "test_unit" not in result.stdout.str()
+    named = pytester.path / "sub" / "test_config.json"  # the default's name, not the default
+    named.parent.mkdir()
+    shutil.copy(mine, named)
+    data = json.loads(named.read_text())
+    data["test_groups"][0]["tag"] = "mine"
+    named.write_text(json.dumps(data))
+    result = pytester.runpytest(*plugin_args(), str(named), *COMMON, "-q", "--co")
+    result.stdout.fnmatch_lines(["*test_config.json::mine/gpt2/ok", "2 tests collected*"])
+    result = pytester.runpytest(*plugin_args(), "my_config.json", str(named), *COMMON)
+    assert result.ret != 0 and "one harness config per session" in result.stderr.str()
+
+
+def test_a_config_outside_the_rootdir_runs_and_the_summary_says_where(
+        pytester, harness_dir, tmp_path_factory):
+    harness_dir(fake_config(OK, models=("gpt2", "llama3")))
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    config = elsewhere / "my_config.json"
+    data = json.loads((pytester.path / "cases.json").read_text())
+    data["model_files"] = {m: {k: str(pytester.path / v) for k, v in files.items()}
+                           for m, files in data["model_files"].items()}
+    config.write_text(json.dumps(data))
+    out = pytester.path / "out"
+    result = pytester.runpytest(*plugin_args(), str(config), "--harness-output", str(out),
+                                *COMMON, "-k", "not llama3 or ok")
+    result.assert_outcomes(passed=3, deselected=1)
+    [session] = (out / "sessions").iterdir()
+    lines = [line for line in result.stdout.str().splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if "harness session" in line)
+    # The plugin's last summary section; pytest's own result line follows it.
+    assert lines[start + 1:] == [
+        f"session folder: {session.resolve()}",
+        "  fake / gpt2: 2 passed", "  fake / llama3: 1 passed",
+        f"report: python -m harness.report {session.resolve()}",
+        lines[-1]]
+    assert "3 passed" in lines[-1]
+    pointer = Path(os.environ["HARNESS_LAST_SESSION"])
+    assert pointer.read_text().strip() == str(session.resolve())
+
+
+def test_harness_config_alone_does_not_add_the_testpaths(pytester, harness_dir):
+    _with_unit_suite(pytester)
+    harness_dir(fake_config(OK))
+    mine = pytester.path / "mine.json"
+    shutil.copy(pytester.path / "cases.json", mine)
+    result = pytester.runpytest(*plugin_args(), "--harness-config", "mine.json", *COMMON,
+                                "-q", "--co")
+    result.stdout.fnmatch_lines(["mine.json::fake/gpt2/ok", "mine.json::fake/gpt2/pp2",
+                                 "2 tests collected*"])
+    assert "test_unit" not in result.stdout.str()
+    # No path and no --harness-config: the ini's testpaths, as CI runs it.
+    result = pytester.runpytest(*plugin_args(), "--harness-config", "cases.json", "unit",
+                                *COMMON, "-q", "--co")
+    result.stdout.fnmatch_lines(["unit/test_unit.py::test_unit", "cases.json::fake/gpt2/ok",
+                                 "*3 tests collected*"])
+    result = pytester.runpytest(*plugin_args(), *COMMON, "-q", "--co")
+    result.stdout.fnmatch_lines(["unit/test_unit.py::test_unit", "cases.json::fake/gpt2/ok",
+                                 "*3 tests collected*"])
