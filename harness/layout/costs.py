@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass
 
-from .errors import COSTS_FLAG, LayoutError, flag_value, split_entries
+from .errors import COSTS_FLAG, MAX_COUNT, LayoutError, flag_value, split_entries
 
 EXPECTED = "comma-separated costs 'c' or 'cxN' per layer, plus optional 'E:c' and 'L:c', e.g. '1x8,L:4.5'"
 TAGS = {"E": "embedding", "L": "lm_head"}
@@ -64,7 +65,9 @@ def parse_costs(text: str, num_layers: int | None = None) -> LayerCosts:
                                   f"expected at most one {tag}:c")
             tagged[tag] = _cost(text, entry, value)
         else:
-            layers += _layer_run(text, entry)
+            # The repeat is bounded before it is expanded: '1x99999999999' is refused here
+            # instead of asking for a list of 10^11 floats.
+            layers += _layer_run(text, entry, MAX_COUNT - len(layers))
     costs = LayerCosts(tuple(layers), tagged.get("E", 0.0), tagged.get("L", 0.0))
     if not layers:
         raise LayoutError(f"{flag_value(COSTS_FLAG, text)} has no layer costs; expected {EXPECTED}")
@@ -73,14 +76,19 @@ def parse_costs(text: str, num_layers: int | None = None) -> LayerCosts:
     return costs
 
 
-def _layer_run(text: str, entry: str) -> list[float]:
+def _layer_run(text: str, entry: str, room: int) -> list[float]:
+    """The layer costs of one entry; `room`: how many more layer costs may follow."""
     value, sep, count = entry.partition("x")
     if not sep:
         return [_cost(text, entry, value)]
     count = count.strip()
-    if not count.isdigit() or int(count) < 1:
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
+    if not re.fullmatch(r"[0-9]+", count) or not count.strip("0"):
         raise LayoutError(f"{flag_value(COSTS_FLAG, text)}: repeat count {count!r} in {entry!r} is not a "
                           f"positive integer; expected {EXPECTED}")
+    if len(count.lstrip("0")) > 9 or int(count) > room:
+        raise LayoutError(f"{flag_value(COSTS_FLAG, text)}: repeat count {count!r} in {entry!r} makes more "
+                          f"than {MAX_COUNT} layer costs; expected one cost per layer of the model")
     return [_cost(text, entry, value.strip())] * int(count)
 
 

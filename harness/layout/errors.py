@@ -49,10 +49,26 @@ def parse_int(flag: str, text: str, entry: str, what: str, minimum: int) -> int:
     return value
 
 
-def check_count(flag: str, value: object, minimum: int = 1) -> int:
-    """A size argument such as pp or num_layers: an int >= minimum (bool is not an int here)."""
+# Upper bound on any count a layout is built from (layers, stages, chunks per stage, chunks):
+# every one of them sizes a list, so a count taken from input is bounded before anything is
+# allocated from it. No pipeline has 65536 stages or a model 65536 layers.
+MAX_COUNT = 1 << 16
+
+
+def check_count(flag: str, value: object, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """A size argument such as pp or num_layers: an int in [minimum, maximum] (bool is not an
+    int here)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise LayoutError(f"{flag} must be an integer, got {value!r}")
     if value < minimum:
         raise LayoutError(f"{flag} must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise LayoutError(f"{flag} must be <= {maximum}, got {value}")
     return value
+
+
+def check_chunk_count(pp: int, vpp: int) -> None:
+    """pp * vpp chunks, each a list entry: bounded like every other count."""
+    if pp * vpp > MAX_COUNT:
+        raise LayoutError(f"{PP_FLAG} {pp} x {VPP_FLAG} {vpp} = {pp * vpp} pipeline chunks; "
+                          f"expected at most {MAX_COUNT}")

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .costs import LayerCosts, parse_costs
-from .errors import COSTS_FLAG, PP_FLAG, VPP_FLAG, LayoutError, check_count, flag_value
+from .errors import (COSTS_FLAG, PP_FLAG, VPP_FLAG, LayoutError, check_chunk_count, check_count,
+                     flag_value)
 from .megatron import parse_megatron, render_megatron
 from .partition import parse_chunk_layout, parse_partition
 from .render import describe as render_layout
@@ -35,6 +36,7 @@ class PipelineLayout:
         check_count("num_layers", self.num_layers)
         check_count("pp", self.pp)
         check_count("vpp", self.vpp)
+        check_chunk_count(self.pp, self.vpp)
         try:
             chunks = tuple((int(s), int(a), int(b)) for s, a, b in self.chunks)
         except (TypeError, ValueError):
@@ -51,6 +53,7 @@ class PipelineLayout:
         check_count("num_layers", num_layers)
         check_count(PP_FLAG, pp)
         check_count(VPP_FLAG, vpp)
+        check_chunk_count(pp, vpp)
         n_chunks = pp * vpp
         base, extra = divmod(num_layers, n_chunks)
         return cls.from_chunk_sizes(num_layers, pp, [(g % pp, base + (g < extra)) for g in range(n_chunks)])

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .costs import LayerCosts
-from .errors import LayoutError
+from .errors import MAX_COUNT, LayoutError
 
 RECORD_FORMAT = "harness.layer_timing/1"
 SPECIAL = ("embedding", "lm_head")
@@ -58,6 +58,9 @@ def read_profile(paths: Iterable[str | Path], warmup_samples: int = 1) -> LayerC
     layers = sorted(k for k in total if isinstance(k, int))
     if not layers:
         raise LayoutError(f"{', '.join(paths)}: no transformer layer records; expected records for layers 0..n-1")
+    if layers[-1] >= MAX_COUNT:  # bounded before range() below is built from it
+        raise LayoutError(f"{', '.join(paths)}: a record names layer {layers[-1]}; expected layers "
+                          f"below {MAX_COUNT}")
     missing = sorted(set(range(layers[-1] + 1)) - set(layers))
     if missing:
         raise LayoutError(f"{', '.join(paths)}: no records for layer(s) {', '.join(map(str, missing))}; "

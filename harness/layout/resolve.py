@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .errors import (CHUNK_LAYOUT_FLAG, COSTS_FLAG, MEGATRON_FLAG, PARTITION_FLAG, PP_FLAG, VPP_FLAG,
-                     LayoutError, check_count, flag_value)
+                     LayoutError, check_chunk_count, check_count, flag_value)
 from .layout import PipelineLayout
 
 
@@ -20,6 +20,7 @@ def resolve_layout(num_layers: int, pp: int, vpp: int = 1, partition: str | None
     check_count("num_layers", num_layers)
     check_count(PP_FLAG, pp)
     check_count(VPP_FLAG, vpp)
+    check_chunk_count(pp, vpp)
     given = {flag: value for flag, value in ((PARTITION_FLAG, partition), (COSTS_FLAG, costs),
                                              (CHUNK_LAYOUT_FLAG, chunk_layout), (MEGATRON_FLAG, megatron_layout))
              if value is not None and not (isinstance(value, str) and value.strip() == "")}

@@ -247,10 +247,21 @@ def _typed_value(flag: Flag, value: Any) -> Any:
     return value
 
 
+# 16x the largest published step (LLaMA 3 405B: 16M tokens); its int64 inputs and targets are
+# 4 GiB already.
+MAX_STEP_TOKENS = 2**28
+
+
 def microbatches(total_batch_size: int, batch_size: int, sequence_length: int,
                  data_parallel: int) -> int:
     """Microbatches per data-parallel rank per step, or FlagError: total_batch_size =
-    microbatches * batch_size * sequence_length * data_parallel, exactly."""
+    microbatches * batch_size * sequence_length * data_parallel, exactly. A step of more than
+    MAX_STEP_TOKENS tokens is refused: a process holds the whole step's tokens (inputs and
+    targets, int64) before it trains on them."""
+    if total_batch_size > MAX_STEP_TOKENS:
+        raise FlagError(
+            f"--total_batch_size={total_batch_size} tokens per step is more than "
+            f"{MAX_STEP_TOKENS} (2**28); expected a step a process can hold")
     per_pass = batch_size * sequence_length * data_parallel
     if total_batch_size % per_pass:
         raise FlagError(
