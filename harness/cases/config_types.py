@@ -111,6 +111,10 @@ class Case:
     # The flags exactly as the config says (defaults < group < case, @VAR@ substituted, typed;
     # a foreign trainer's own flags as written): what a foreign trainer is launched with.
     args: dict[str, Any] = field(default_factory=dict)
+    # The reference's topology where one device cannot hold the model (e.g. tensor_parallel
+    # 8): {} is the single-device reference. Topology flags only.
+    reference_topology: dict[str, Any] = field(default_factory=dict)
+    reference_world_size: int = 1
 
     def __post_init__(self) -> None:
         need = self.pp * self.tp

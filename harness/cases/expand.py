@@ -3,10 +3,13 @@ resolved flags, world size, tolerances and comparisons (top level < group < case
 
 from __future__ import annotations
 
-from harness.spec.flags import DTYPES
+from harness.spec.flags import DTYPES, FLAG_TABLE
 from harness.spec.tolerance import Tolerance, Tolerances
 
 from .args import resolve_args
+from .flags import coerce
+from .substitution import substitute
+from .world_size import world_size
 from .config_types import Case, Compare
 
 # atol per dtype (InfiniTrain's loss thresholds); rtol 0 unless configured.
@@ -22,6 +25,7 @@ def expand_cases(data: dict, variables: dict, models: tuple[str, ...],
         default_tolerances[dtype] = _tolerances(base, data.get("tolerances", {}).get(dtype))
     top_compare = _compare(Compare(), data.get("compare"), failer(["compare"]))
     top_defaults = data.get("defaults", {})
+    top_reference = _reference({}, data.get("reference"), variables, failer(["reference"]))
 
     tags: list[str] = []
     cases: list[Case] = []
@@ -50,12 +54,17 @@ def expand_cases(data: dict, variables: dict, models: tuple[str, ...],
                 _tolerances(default_tolerances[dtype], group.get("tolerances")),
                 test.get("tolerances"))
             compare = _compare(group_compare, test.get("compare"), failer(where + ["compare"]))
+            reference = _reference(
+                _reference(top_reference, group.get("reference"), variables,
+                           failer(["test_groups", g, "reference"])),
+                test.get("reference"), variables, failer(where + ["reference"]))
             for model in test.get("models", group.get("models", models)):
                 cases.append(Case(
                     tag=tag, case_id=test["id"], model=model, flags=dict(flags),
                     world_size=world_size, tolerances=tolerances, compare=compare,
                     source=source, description=test.get("description", ""),
-                    args=dict(args),
+                    args=dict(args), reference_topology=reference,
+                    reference_world_size=_reference_world(reference, failer(where + ["reference"])),
                 ))
     return tuple(tags), tuple(cases)
 
@@ -80,3 +89,31 @@ def _compare(base: Compare, override: dict | None, fail) -> Compare:
         return Compare(override.get("loss", base.loss), override.get("gradients", base.gradients))
     except ValueError as error:
         fail(str(error))
+
+
+def _reference(base: dict, override: dict | None, variables: dict, fail) -> dict:
+    """The reference's topology: topology flags only (the reference keeps the case's
+    mathematics), typed; {} is one device."""
+    if override is None:
+        return base
+    topology = {}
+    for name, raw in override.items():
+        flag = FLAG_TABLE.get(name)
+        if flag is None or flag.role != "topology":
+            known = ", ".join(f.name for f in FLAG_TABLE.values() if f.role == "topology")
+            fail(f"reference.{name}: not a topology flag; a reference keeps the case's "
+                 f"mathematics and may only name its topology ({known})")
+        topology[name] = coerce(name, substitute(raw, variables, fail), fail)
+    return topology
+
+
+def _reference_world(topology: dict, fail) -> int:
+    """The processes a reference topology runs on (1: one device)."""
+    if not topology:
+        return 1
+    flags = {"tensor_parallel": topology.get("tensor_parallel", 1),
+             "pipeline_parallel": topology.get("pipeline_parallel", 1)}
+    counts = {name: (topology[name], ["reference", name])
+              for name in ("data_parallel", "nthread_per_process") if name in topology}
+    return world_size(flags, counts.get("data_parallel"), counts.get("nthread_per_process"),
+                      lambda location: fail)

@@ -59,12 +59,21 @@ _ARGS = {
     "additionalProperties": {"type": ["string", "number", "boolean"]},
 }
 
+# A trusted topology to use as the reference where one device cannot hold the model, e.g.
+# {"tensor_parallel": 8}: topology flags only (the loader names any other).
+_REFERENCE = {
+    "type": "object",
+    "propertyNames": {"pattern": "^[a-z][a-z0-9_]*$"},
+    "additionalProperties": {"type": ["integer", "boolean", "string"]},
+}
+
 # What a group and a case may override.
 _OVERRIDES = {
     "description": {"type": "string"},
     "models": _MODELS,
     "tolerances": _TOLERANCES_OVERRIDE,
     "compare": _COMPARE,
+    "reference": _REFERENCE,
 }
 
 SCHEMA: dict = {
@@ -129,6 +138,7 @@ SCHEMA: dict = {
             },
         },
         "compare": _COMPARE,
+        "reference": _REFERENCE,
         "test_groups": {
             "type": "array",
             "items": {

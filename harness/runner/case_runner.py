@@ -50,6 +50,10 @@ def make_backend(config: HarnessConfig):
     return HarnessBackend(env=dict(spec.env))
 
 
+def topology_text(topology: dict) -> str:
+    return ", ".join(f"{name}={value}" for name, value in topology.items()) or "one device"
+
+
 class CaseRunner:
     def __init__(self, config: HarnessConfig, settings: Settings, backend=None) -> None:
         self.config = config
@@ -98,9 +102,14 @@ class CaseRunner:
         """The flags a run is launched with: the bundled trainer gets its resolved flags; a
         foreign trainer the case's flags as written, checkpoint paths moved under the session.
         A reference run drops the topology (the reference rule, harness.spec.flags)."""
+        topology = case.reference_topology if reference else {}
         if not self.foreign:
-            return case.reference_flags() if reference else dict(case.flags)
-        args = case.reference_args() if reference else dict(case.args)
+            if not reference:
+                return dict(case.flags)
+            # data_parallel is a process count, not a flag of the bundled trainer
+            return {**case.reference_flags(),
+                    **{k: v for k, v in topology.items() if k != "data_parallel"}}
+        args = {**case.reference_args(), **topology} if reference else dict(case.args)
         return reroot_checkpoints(args, self.settings.session_dir / "checkpoints" / case.model)
 
     def skip_reason(self, case: Case) -> str | None:
@@ -110,6 +119,10 @@ class CaseRunner:
         if case.world_size > self.settings.slots:
             return (f"needs {case.world_size} devices (dp {case.dp} x tp {case.tp} x pp "
                     f"{case.pp}), but --gpus allows {self.settings.slots}")
+        if case.reference_world_size > self.settings.slots:
+            return (f"its reference topology ({topology_text(case.reference_topology)}) needs "
+                    f"{case.reference_world_size} devices, but --gpus allows "
+                    f"{self.settings.slots}")
         return None
 
     # ------------------------------------------------------------------ the case
@@ -152,11 +165,15 @@ class CaseRunner:
         reference = self.reference(case, checkpoint, input_bin)
         timings["reference_s"] = time.time() - t
         record["reference"] = {"key": reference.key, "path": str(reference.path),
-                               "built": reference.built, "command": reference.info.get("command")}
+                               "built": reference.built, "command": reference.info.get("command"),
+                               "topology": dict(case.reference_topology) or None}
 
         out = self.settings.session_dir / "cases" / case.tag / case.model / case.case_id
         flags = self.run_flags(case)
         no_gradients = self.gradients_unavailable(case.model, flags)
+        if not no_gradients and case.reference_topology:
+            reason = self.gradients_unavailable(case.model, self.run_flags(case, reference=True))
+            no_gradients = f"the reference topology's gradients are {reason}" if reason else None
         if case.compare.gradients and no_gradients:
             record["gradients"] = {"compared": False, "reason": no_gradients}
         waited = wait_for_checkpoint(flags, self.settings.timeout_s)
@@ -259,20 +276,25 @@ class CaseRunner:
 
     def reference(self, case: Case, checkpoint: Path, input_bin: Path):
         flags = self.run_flags(case, reference=True)
-        key = reference_key(case.model, {"checkpoint": checkpoint, "input_bin": input_bin}, flags,
-                            self.settings.device, self.backend.version())
+        world = case.reference_world_size
+        # The process count is part of a trusted topology (dp is no flag of the bundled trainer).
+        key_flags = flags if world == 1 else {**flags, "reference_world_size": world}
+        key = reference_key(case.model, {"checkpoint": checkpoint, "input_bin": input_bin},
+                            key_flags, self.settings.device, self.backend.version())
         name = self.references.entry_name(key)
         failure = self.settings.session_dir / "reference-failures" / f"{name}.txt"
         if failure.is_file():  # failed earlier in this session: do not run it again per case
             raise ReferenceError(failure.read_text())
 
         def build(folder: Path) -> dict:
-            spec = LaunchSpec(case="reference", model=case.model, flags=flags, world_size=1,
+            spec = LaunchSpec(case="reference", model=case.model, flags=flags, world_size=world,
                               checkpoint=checkpoint, input_bin=input_bin, output_dir=folder,
                               gradients_dir=folder / "gradients", log_dir=folder / "logs",
                               device=self.settings.device)
-            with self.leases.lease(1) as slots:
+            with self.leases.lease(world) as slots:
                 spec.slots = slots
+                if world > 1:
+                    spec.port = free_port(self.settings.session_dir / "ports")
                 result = self._launch(spec)
                 outputs = self.backend.collect(spec, result)
                 learn = getattr(self.backend, "learn", None)
@@ -280,10 +302,12 @@ class CaseRunner:
                     result = self._launch(spec)
                     outputs = self.backend.collect(spec, result)
             no_gradients = self.gradients_unavailable(case.model, flags)
+            what = "reference" if world == 1 else \
+                f"reference ({topology_text(case.reference_topology)})"
             problem = None
             if not result.ok or outputs.problem:
                 problem = self._crash_text(case, spec, result, None,
-                                           self._rank_logs(spec, result), what="reference",
+                                           self._rank_logs(spec, result), what=what,
                                            problem=outputs.problem)
             elif not outputs.steps:
                 problem = f"the reference run of {case.model} recorded no steps"

@@ -197,3 +197,30 @@ def test_a_build_folder_without_the_binary_is_one_clear_line(infinitrain, tmp_pa
         cwd=root, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert f"{tmp_path / 'empty'}: no `gpt2` binary in InfiniTrain's build folder" in output
+
+
+def test_a_reference_topology_that_cannot_run_the_model_is_one_clear_line(infinitrain):
+    """`"reference": {...}` names a trusted topology (for models one device cannot hold); one
+    the trainer refuses for this model is an error naming the topology and the trainer's
+    reason, never a pass."""
+    root, build, var_args = infinitrain
+    data = json.loads(CONFIG.read_text())
+    data["test_groups"] = [{"tag": "basic", "reference": {"nthread_per_process": 8,
+                                                          "tensor_parallel": 8},
+                            "tests": [{"id": "pp2", "args": {"nthread_per_process": 2,
+                                                             "pipeline_parallel": 2}}]}]
+    config = root / "trusted.json"
+    config.write_text(json.dumps(data))
+    (root / "pytest.ini").write_text("[pytest]\n")
+    out = root / "trusted"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir",
+         str(root), "-p", "no:cacheprovider", "-q", "--harness-config", str(config),
+         "--infinitrain-build", str(build), "--gpus", "8", "--harness-output", str(out),
+         *var_args, "-k", "llama3"], cwd=root, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    (results,) = out.glob("sessions/*/results.jsonl")
+    (record,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert record["status"] == "error", output[-3000:]
+    assert ("the reference (nthread_per_process=8, tensor_parallel=8) failed: a rank stopped "
+            "on a fatal error: Check failed: n_head % tp_size == 0") in record["errors"][0]

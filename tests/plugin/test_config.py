@@ -96,6 +96,12 @@ def test_variables_substitute_strings_and_typed_values(tmp_path):
      "you mean 'pipeline_parallel'?"),
     (lambda d: d["test_groups"][0]["tests"][0]["args"].update(zero_stage=5),
      "case 'pp2', field args.zero_stage: 5 is not an integer from 0 to 3"),
+    (lambda d: d["test_groups"][0].update(reference={"dtype": "bfloat16"}),
+     "tag 'basic', field reference: reference.dtype: not a topology flag; a reference keeps the "
+     "case's mathematics and may only name its topology"),
+    (lambda d: d.update(reference={"tensor_parallel": 3, "nthread_per_process": 4}),
+     "case 'pp2', field reference: 4 processes is not a multiple of tensor_parallel * "
+     "pipeline_parallel = 3 * 1 = 3"),
     (lambda d: d["test_groups"][0]["tests"][0]["args"].update(output_dir="x"),
      "case 'pp2', field args.output_dir: is set by the harness"),
     (lambda d: d["test_groups"][0]["tests"][0]["args"].update(nthread_per_process=3),
@@ -189,3 +195,26 @@ def test_a_foreign_flag_passes_through_as_written_and_stays_in_the_reference(tmp
     assert case.unsupported == ("my_new_flag", "lora_rank")  # the bundled trainer lacks them
     assert case.reference_args() == {"my_new_flag": "x,y", "lora_rank": 8}
     assert "my_new_flag" not in case.flags and case.world_size == 2
+
+
+def test_a_reference_topology_from_top_group_or_case(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"reference": {"tensor_parallel": 2}, "test_groups": [
+        {"tag": "t", "reference": {"pipeline_parallel": 2}, "tests": [
+            {"id": "a", "args": {"pipeline_parallel": 4}},
+            {"id": "b", "reference": {"data_parallel": 2, "tensor_parallel": "@TP@"},
+             "args": {}}]}], "variables": {"TP": 4}}))
+    a, b = [c for c in load_config(path).cases if c.model == "gpt2"]
+    assert (a.reference_topology, a.reference_world_size) == ({"pipeline_parallel": 2}, 2)
+    # The nearest reference given wins, whole (a topology is not merged flag by flag).
+    assert b.reference_topology == {"data_parallel": 2, "tensor_parallel": 4}
+    assert b.reference_world_size == 8
+    assert all(c.reference_topology == {"tensor_parallel": 2} for c in load_config(
+        _with(path, lambda d: d["test_groups"][0].pop("reference"))).cases if c.case_id == "a")
+
+
+def _with(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return path

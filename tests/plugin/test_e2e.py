@@ -116,3 +116,20 @@ def test_planted_bug_fails_naming_stage_and_parameters(pytester):
     assert {w["name"] for w in record["gradients"]["worst"]} == {
         "h.5.attn.c_proj.weight", "h.5.mlp.c_fc.weight"}
     assert record["loss"]["first_diverging_step"] == 2
+
+
+def test_a_trusted_topology_can_be_the_reference(pytester):
+    """Where one device cannot hold the model, a group names a trusted topology as its
+    reference: the reference runs on it (TP 2 here), the case (PP 2) is compared against it."""
+    data = {"models": ["gpt2"], "defaults": DEFAULTS,
+            "test_groups": [{"tag": "e2e", "reference": {"tensor_parallel": 2},
+                             "tests": CASES[:1]}]}
+    (pytester.path / "cases.json").write_text(json.dumps(data))
+    result = run(pytester)
+    result.assert_outcomes(passed=1)
+    record = records(pytester)["e2e/gpt2/pp2-partition-3-5"]
+    assert record["reference"]["topology"] == {"tensor_parallel": 2}
+    assert record["reference"]["key"]["flags"]["reference_world_size"] == 2
+    assert "--tensor_parallel=2" in record["reference"]["command"]
+    assert "--pipeline_parallel=2" not in record["reference"]["command"]
+    assert record["gradients"]["mismatched"] == 0 and record["gradients"]["parameters"] == 100
