@@ -8,12 +8,17 @@ from .values import md_escape, percent, whole
 
 
 def comparison(result: Comparison) -> list[str]:
-    lines = [f"## Against session {result.old_label}", "",
-             f"- newly failing: **{len(result.newly_failing)}**; newly passing: "
-             f"**{len(result.newly_passing)}**; still failing: {len(result.still_failing)}",
-             f"- faster by {SPEED_THRESHOLD:.0%} or more: **{len(result.faster)}**; slower: "
-             f"**{len(result.slower)}** (of {len(result.speed)} cases timed in both)",
-             f"- new cases: {len(result.added)}; cases gone: {len(result.removed)}", ""]
+    lines = [f"## Against session {result.old_label}", ""]
+    if result.settings:
+        lines += ["**The two sessions ran with different settings**: "
+                  + "; ".join(f"{what} {old} → {new}" for what, old, new in result.settings)
+                  + ". Differences below may come from these.", ""]
+    lines += [f"- newly failing: **{len(result.newly_failing)}**; newly passing: "
+              f"**{len(result.newly_passing)}**; still failing: {len(result.still_failing)}",
+              f"- faster: **{len(result.faster)}**; slower: **{len(result.slower)}**; changes "
+              f"of {SPEED_THRESHOLD:.0%} or more within noise or not judged: "
+              f"{len(result.unjudged)} (of {len(result.speed)} cases timed in both)",
+              f"- new cases: {len(result.added)}; cases gone: {len(result.removed)}", ""]
     for title, pairs in (("Newly failing", result.newly_failing),
                          ("Newly passing", result.newly_passing),
                          ("Other status changes", result.other_changes)):
@@ -22,15 +27,20 @@ def comparison(result: Comparison) -> list[str]:
                      STATUS_MARK.get(new.status, new.status), new.record.get("reason") or ""]
                     for old, new in pairs]
             lines += [f"### {title}", "", *table(rows, ["case", "before", "now", "reason"]), ""]
-    changed = result.slower + result.faster[::-1]  # regressions first, biggest gains last-first
+    # regressions first, then gains, then what moved but cannot be told from noise
+    changed = result.slower + result.faster[::-1] + result.unjudged
     if changed:
-        rows = [[f"`{new.name}`", whole(old.tokens_per_s), whole(new.tokens_per_s),
-                 f"{ratio:.3f}", percent(ratio), "slower" if ratio < 1 else "faster"]
-                for old, new, ratio in changed]
+        rows = []
+        for old, new, ratio in changed:
+            j = result.judgement(old, new, ratio)
+            rows.append([f"`{new.name}`", whole(old.tokens_per_s), whole(new.tokens_per_s),
+                         f"{ratio:.3f}", percent(ratio), j.band_text, j.verdict])
         lines += ["### Throughput changes", "",
-                  f"tokens/s now over before; changes under {SPEED_THRESHOLD:.0%} are left out.",
+                  f"tokens/s now over before. A change is called faster or slower only when it "
+                  f"is outside the noise band (two standard errors of both cases' mean step "
+                  f"times) and at least {SPEED_THRESHOLD:.0%}; smaller changes are left out.",
                   "", *table(rows, ["case", "tokens/s before", "tokens/s now", "ratio",
-                                    "change", ""]), ""]
+                                    "change", "noise band", "verdict"]), ""]
     for title, cases in (("New cases", result.added), ("Cases gone", result.removed)):
         if cases:
             lines += [f"### {title}", "", *(f"- `{md_escape(c.name)}` ({c.status})"

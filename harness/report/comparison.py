@@ -1,14 +1,17 @@
 """Two sessions side by side, matched by case name (tag/model/id): what newly fails, what newly
-passes, what appeared or went away, and what got faster or slower (new tokens/s over old)."""
+passes, what appeared or went away, what got faster or slower (new tokens/s over old, called
+only outside the noise band of the two cases' timed steps, harness.report.noise, and at least
+SPEED_THRESHOLD), and which session settings differ."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .noise import Judgement, judge
 from .summary import CaseView
 
 BAD = ("failed", "error")
-SPEED_THRESHOLD = 0.05  # a change under 5% is noise on a shared GPU box
+SPEED_THRESHOLD = 0.05  # and never under 5%: sessions apart in time see different machine load
 
 
 @dataclass
@@ -22,18 +25,77 @@ class Comparison:
     added: list[CaseView] = field(default_factory=list)
     removed: list[CaseView] = field(default_factory=list)
     speed: list[tuple[CaseView, CaseView, float]] = field(default_factory=list)  # new/old
+    settings: list[tuple[str, str, str]] = field(default_factory=list)  # (what, old, new)
+
+    def judgement(self, old: CaseView, new: CaseView, ratio: float) -> Judgement:
+        return judge(old.record, new.record, ratio, floor=SPEED_THRESHOLD)
+
+    def _called(self, verdict: str) -> list[tuple[CaseView, CaseView, float]]:
+        return [s for s in self.speed if self.judgement(*s).verdict == verdict]
 
     @property
     def faster(self) -> list[tuple[CaseView, CaseView, float]]:
-        return [s for s in self.speed if s[2] >= 1 + SPEED_THRESHOLD]
+        return self._called("faster")
 
     @property
     def slower(self) -> list[tuple[CaseView, CaseView, float]]:
-        return [s for s in self.speed if s[2] <= 1 - SPEED_THRESHOLD]
+        return self._called("slower")
+
+    @property
+    def unjudged(self) -> list[tuple[CaseView, CaseView, float]]:
+        """Changes of at least SPEED_THRESHOLD that are within noise or have no spread."""
+        called = {id(s) for s in self.faster + self.slower}
+        return [s for s in self.speed
+                if id(s) not in called and abs(s[2] - 1) >= SPEED_THRESHOLD]
 
 
-def compare(old: list[CaseView], new: list[CaseView], old_label: str, new_label: str) -> Comparison:
+def _option(args: list, name: str) -> str | None:
+    """The value of `name` in a pytest argument list (`--gpus 2` or `--gpus=2`)."""
+    for i, arg in enumerate(args):
+        arg = str(arg)
+        if arg == name and i + 1 < len(args):
+            return str(args[i + 1])
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+SETTINGS_OPTIONS = ("--gpus", "-n", "--harness-device", "--harness-launcher", "--harness-config",
+                    "--harness-trainer", "-m", "-k")
+
+
+def settings_differences(old: dict, new: dict, old_records: list[dict],
+                         new_records: list[dict]) -> list[tuple[str, str, str]]:
+    """Session settings that differ: pytest options (from each header's arguments), torch,
+    driver, config, devices and hosts (from the records)."""
+    diffs = []
+    old_args, new_args = old.get("args"), new.get("args")
+    if isinstance(old_args, list) and isinstance(new_args, list):
+        for name in SETTINGS_OPTIONS:
+            a, b = _option(old_args, name), _option(new_args, name)
+            if a != b:
+                diffs.append((name, a or "not given", b or "not given"))
+    for key in ("torch", "driver", "config_path"):
+        a, b = old.get(key), new.get(key)
+        if a and b and a != b:
+            diffs.append((key.replace("_", " "), str(a), str(b)))
+
+    def seen(records, get):
+        return ", ".join(sorted({str(v) for v in map(get, records) if v})) or "not recorded"
+
+    for what, get in (("device", lambda r: r.get("device")),
+                      ("host", lambda r: (r.get("environment") or {}).get("host"))):
+        a, b = seen(old_records, get), seen(new_records, get)
+        if a != b:
+            diffs.append((what, a, b))
+    return diffs
+
+
+def compare(old: list[CaseView], new: list[CaseView], old_label: str, new_label: str,
+            old_header: dict | None = None, new_header: dict | None = None) -> Comparison:
     result = Comparison(old_label, new_label)
+    result.settings = settings_differences(old_header or {}, new_header or {},
+                                           [v.record for v in old], [v.record for v in new])
     old_by_name = {v.name: v for v in old}
     new_names = {v.name for v in new}
     for case in new:

@@ -37,7 +37,8 @@ def build(session: Session, path: Path, previous: Session | None = None,
     lines += sections.summary(views, session)
     if previous is not None:
         old = [view(r) for r in previous.records]
-        lines += comparison_section(compare(old, views, previous.label, session.label))
+        lines += comparison_section(compare(old, views, previous.label, session.label,
+                                            previous.header, session.header))
     lines += sections.failures(views, grad_links)
     lines += sections.cases_table(views)
     lines += sections.throughput(layout_groups(views))

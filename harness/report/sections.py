@@ -46,8 +46,8 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
     rows = [
         ("when", f"{started or 'not recorded'} → {finished or 'not recorded'}"),
         ("torch", listed("torch") + (f" (CUDA {listed('cuda')})" if facts["cuda"] else "")),
-        ("device", f"{', '.join(devices) or 'not recorded'}: {listed('device_name')}"),
-        ("driver", h.get("driver") or listed("driver")),
+        ("device", _device_text(devices, facts["device_name"])),
+        ("driver", h.get("driver") or _driver_text(devices, listed("driver"))),
         ("host", listed("host")),
         ("config", h.get("config_path") or "not recorded"),
         ("git commit", _commit(h)),
@@ -65,6 +65,33 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
     rows += [(k, v) for k, v in h.items() if k not in shown and isinstance(v, (str, int, float))]
     lines += [f"- **{k}**: {md_escape(v)}" for k, v in rows]
     return lines + [""]
+
+
+def _device_text(devices: list[str], names: list[str]) -> str:
+    """"cuda: NVIDIA H100"; on CPU what a device slot is, not "cpu: cpu"."""
+    if not devices:
+        return "not recorded"
+    parts = []
+    for device in devices:
+        if device == "cpu":
+            parts.append("CPU (each device slot a gloo process)")
+        else:
+            named = [n for n in names if n != "cpu"]
+            parts.append(f"{device}: {', '.join(named)}" if named else device)
+    return "; ".join(parts)
+
+
+def _driver_text(devices: list[str], recorded: str) -> str:
+    if recorded != "not recorded":
+        return recorded
+    if devices and all(d == "cpu" for d in devices):
+        return "none needed (CPU session)"
+    return ("not recorded (nvidia-smi was not found where the session ran; "
+            "`--about driver=VERSION` adds it)")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def disk_kept(session: Session) -> str | None:
@@ -112,7 +139,7 @@ def summary(views: list[CaseView], session: Session) -> list[str]:
     verdict = ("**all recorded cases passed**" if totals["passed"] == len(views) and views
                else f"**{totals['failed']} failed, {totals['error']} errored**"
                if totals["failed"] or totals["error"] else "no failures")
-    return ["## Summary", "", f"{len(views)} cases recorded: {verdict}.", "",
+    return ["## Summary", "", f"{plural(len(views), 'case')} recorded: {verdict}.", "",
             *table(body, headers), ""]
 
 
@@ -125,7 +152,7 @@ def diff_cell(record: dict, key: str) -> str:
         compared = section(record, "compare").get(key)
         return "not compared" if compared is False else NA
     tol = section(diff, "tolerance") or section(section(record, "tolerances"), key)
-    text = f"{g(diff.get('max_abs_diff'))} / {tolerance_text(tol)}"
+    text = f"{g(diff.get('max_abs_diff'))} ({tolerance_text(tol)})"
     if diff.get("ok") is False:
         problems = []
         if key == "loss":
@@ -163,12 +190,13 @@ def margin_cell(record: dict, key: str) -> str:
 
 
 def cases_table(views: list[CaseView]) -> list[str]:
-    headers = ["id", "model", "layout", "DP", "TP", "PP", "VPP", "schedule", "dtype",
-               "loss max |Δ| / tol", "grad max |Δ| / tol",
+    on_cpu = any(str(v.record.get("device")) == "cpu" for v in views)
+    headers = ["case", "layout", "DP", "TP", "PP", "VPP", "schedule", "dtype",
+               "loss max |Δ| (atol, rtol)", "grad max |Δ| (atol, rtol)",
                "loss margin: threshold / max |Δ|/max(|loss|,1)",
-               "grad margin: threshold / max ‖Δ‖/‖ref‖", "tokens/s", "peak MB",
-               "wall s", "status"]
-    rows = [[f"`{v.tag}/{v.case_id}`", v.model, v.layout, v.dp,
+               "grad margin: threshold / max ‖Δ‖/‖ref‖", "tokens/s",
+               "peak MB (CPU: process RSS)" if on_cpu else "peak MB", "wall s", "status"]
+    rows = [[f"`{v.name}`", v.layout, v.dp,
              f"{v.tp}{'+SP' if v.sequence_parallel else ''}", v.pp, v.vpp, v.schedule,
              v.dtype, diff_cell(v.record, "loss"), diff_cell(v.record, "gradients"),
              margin_cell(v.record, "loss"), margin_cell(v.record, "gradients"),
@@ -178,7 +206,10 @@ def cases_table(views: list[CaseView]) -> list[str]:
             "when stages hold several chunks. Wall time: the launched run, from start to exit. "
             "Margin: how many times below its threshold the scale-free verdict's worst value "
             "is (> 1 passes, ✗ below 1 fails); a case fails when either the element-wise "
-            "check (`max |Δ| / tol`) or the scale-free one fails.")
+            "check (every element within `atol + rtol·|ref|`) or the scale-free one fails."
+            + (" Peak MB: on CUDA the allocator's peak; on CPU the process's peak resident "
+               "memory (ru_maxrss), mostly the torch runtime (~300 MB), not the model."
+               if on_cpu else " Peak MB: the CUDA allocator's peak (max_memory_allocated)."))
     return ["## Cases", "", note, "", *table(rows, headers), ""]
 
 
@@ -278,21 +309,44 @@ def _log_lines(record: dict) -> list[str]:
     return (lines + [""]) if lines else ["- **logs**: not recorded", ""]
 
 
+CPU_THROUGHPUT_WARNING = (
+    "> **On CPU these numbers say little**: every device slot is a gloo process sharing the "
+    "machine's cores (and other users' load), so layout differences measured here need not "
+    "hold on GPUs; `docs/benchmarks.md` has measured comparisons.")
+
+
 def throughput(groups: list[LayoutGroup]) -> list[str]:
+    from .noise import judge, spread_text
+
     if not groups:
         return []
     lines = ["## Layout throughput", "",
-             "Cases of one model and parallelism that differ only in their pipeline layout.", ""]
+             "Cases of one model and parallelism that differ only in their pipeline layout. "
+             "Spread: two standard errors of the mean step time over the timed steps; a "
+             "difference is called faster or slower only when it is outside the band of the "
+             "two spreads, otherwise it is within noise.", ""]
+    if any(str(m.record.get("device")) == "cpu" for g_ in groups for m in g_.members):
+        lines += [CPU_THROUGHPUT_WARNING, ""]
     for group in groups:
         base = group.baseline
         note = (f"relative to the uniform layout `{base.layout}`" if group.baseline_kind == "uniform"
-                else f"no uniform layout in this group: relative to the fastest, `{base.layout}`")
-        rows = [[f"`{m.tag}/{m.case_id}`", m.layout, m.vpp, whole(m.tokens_per_s),
-                 f"{group.ratio(m):.3f}", "baseline" if m is base else percent(group.ratio(m)),
-                 m.status] for m in group.members]
+                else f"this group has no uniform case (add one without a layout flag): "
+                     f"relative to the fastest, `{base.layout}`, which says nothing about the "
+                     f"uniform layout")
+        rows = []
+        for m in group.members:
+            if m is base:
+                rows.append([f"`{m.name}`", m.layout, m.vpp, whole(m.tokens_per_s),
+                             spread_text(m.record), "1.000", "–", "–",
+                             group.baseline_kind, m.status])
+                continue
+            j = judge(base.record, m.record, group.ratio(m))
+            rows.append([f"`{m.name}`", m.layout, m.vpp, whole(m.tokens_per_s),
+                         spread_text(m.record), f"{j.ratio:.3f}", percent(j.ratio),
+                         j.band_text, j.verdict, m.status])
         lines += [f"### {group.title}", "", f"tokens/s {note}.", "",
-                  *table(rows, ["case", "layout", "VPP", "tokens/s", "ratio", "change",
-                                "status"]), ""]
+                  *table(rows, ["case", "layout", "VPP", "tokens/s", "spread", "ratio",
+                                "change", "noise band", "verdict", "status"]), ""]
     return lines
 
 

@@ -60,7 +60,7 @@ def tolerance_text(tol) -> str:
     atol, rtol = number(tol.get("atol")), number(tol.get("rtol"))
     if atol is None:
         return NA
-    return f"{atol:g}" + (f" + {rtol:g}·|ref|" if rtol else "")
+    return f"atol {atol:g}, rtol {rtol or 0:g}"
 
 
 def md_escape(text) -> str:

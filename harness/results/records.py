@@ -16,6 +16,7 @@ Record (format harness.result/2), every key always present (null where it does n
     per_layer [..], ...),
     losses (the run's loss per step), reference_losses,
     tokens_per_s (mean over steps after the first), peak_memory_mb (max), step_time_ms (mean),
+    step_times_ms (each step after the first, for the report's spread),
     reference {key, path, built, command}, command (argv), returncode, timed_out, failing_rank,
     logs {launcher_stdout, launcher_stderr, ranks {rank: [paths]}}, output_dir,
     environment (run.json's environment), timings {lease_wait_s, reference_s, run_s,
@@ -40,7 +41,8 @@ FIELDS = (
     "status", "reason", "errors", "world_size", "parallel", "trainer", "flags",
     "passthrough_flags", "layout", "layout_text",
     "device", "devices", "compare", "tolerances", "loss", "gradients", "losses",
-    "reference_losses", "tokens_per_s", "peak_memory_mb", "step_time_ms", "reference",
+    "reference_losses", "tokens_per_s", "peak_memory_mb", "step_time_ms", "step_times_ms",
+    "reference",
     "command", "returncode", "timed_out", "failing_rank", "logs", "output_dir", "environment",
     "timings", "dumps", "disk_bytes", "started_at", "finished_at",
 )

@@ -43,7 +43,10 @@ def throughput(steps: list[dict]) -> dict[str, Any]:
         values = [v for v in values if math.isfinite(v)]
         return sum(values) / len(values) if values else None
     peaks = [float(s["peak_memory_mb"]) for s in steps if s.get("peak_memory_mb") is not None]
+    # Every timed step, so a report can tell a throughput difference from step-to-step noise.
+    times = [float(s["step_time_ms"]) for s in timed if s.get("step_time_ms") is not None]
     return {"tokens_per_s": mean("tokens_per_s"), "step_time_ms": mean("step_time_ms"),
+            "step_times_ms": [t for t in times if math.isfinite(t)] or None,
             "peak_memory_mb": max(peaks) if peaks else None}
 
 

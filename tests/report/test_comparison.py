@@ -31,5 +31,7 @@ def test_the_comparison_section(passing, failing, tmp_path):
     assert "| `pipeline_layout/gpt2/pp2-costs-L4.5` | ✅ passed | ❌ failed |" in text
     speed = text.split("### Throughput changes")[1]
     assert row(speed, "`pipeline_layout/gpt2/pp2-costs-L4.5`")[1:] == [
-        "1,188", "950", "0.800", "-20.0%", "slower"]
-    assert row(speed, "`basic/gpt2/pp2`")[1:] == ["1,000", "1,200", "1.200", "+20.0%", "faster"]
+        "1,188", "950", "0.800", "-20.0%", "±1.6%", "slower"]
+    assert row(speed, "`basic/gpt2/pp2`")[1:] == ["1,000", "1,200", "1.200", "+20.0%", "±1.6%",
+                                                  "faster"]
+    assert "| noise band | verdict |" in speed.replace("  ", "").replace("| |", "||")

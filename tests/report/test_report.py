@@ -27,17 +27,21 @@ def test_summary_counts_per_tag_and_model(failing_report):
 
 
 def test_case_table_cells(failing_report):
-    text = failing_report.markdown
-    failed = _row(text, "`pipeline_layout/pp2-costs-L4.5`", "gpt2")
-    # id, model, layout, DP, TP, PP, VPP, schedule, dtype, loss, grad, tok/s, MB, wall, status
-    assert failed[1:9] == ["gpt2", "6,2", "1", "1", "2", "1", "auto", "float32"]
-    assert failed[9] == "0.0042 / 1e-05 ✗ 2/4 steps"
-    assert failed[10] == "0.03 / 1e-05 ✗ 2/100 params"
-    assert failed[11:13] == ["–", "–"]  # records without the scale-free verdict
-    assert failed[13:] == ["950", "2,048", "30.5", "❌ failed"]
-    passed = _row(text, "`basic/pp2`", "gpt2")
-    assert passed[9:11] == ["1e-07 / 1e-05", "3e-08 / 1e-05"] and passed[-1] == "✅ passed"
-    assert "grad margin: threshold / max ‖Δ‖/‖ref‖" in text.split("## Cases")[1]
+    text = failing_report.markdown.split("## Cases")[1].split("\n## ")[0]
+    failed = _row(text, "`pipeline_layout/gpt2/pp2-costs-L4.5`")
+    # case, layout, DP, TP, PP, VPP, schedule, dtype, loss, grad, margins, tok/s, MB, wall, status
+    assert failed[1:8] == ["6,2", "1", "1", "2", "1", "auto", "float32"]
+    assert failed[8] == "0.0042 (atol 1e-05, rtol 0) ✗ 2/4 steps"
+    assert failed[9] == "0.03 (atol 1e-05, rtol 0) ✗ 2/100 params"
+    assert failed[10:12] == ["–", "–"]  # records without the scale-free verdict
+    assert failed[12:] == ["950", "2,048", "30.5", "❌ failed"]
+    passed = _row(text, "`basic/gpt2/pp2`")
+    assert passed[8:10] == ["1e-07 (atol 1e-05, rtol 0)", "3e-08 (atol 1e-05, rtol 0)"]
+    assert passed[-1] == "✅ passed"
+    assert "loss max \\|Δ\\| (atol, rtol)" in text and "peak MB " in text  # CUDA records
+    assert "process RSS" not in text
+    assert "/ tol" not in text
+    assert "grad margin: threshold / max ‖Δ‖/‖ref‖" in text
 
 
 def test_margin_cells_and_disk_kept():
@@ -82,11 +86,18 @@ def test_layout_throughput_section(failing_report):
     text = failing_report.markdown.split("## Layout throughput")[1].split("\n## ")[0]
     gpt2, llama3 = text.split("### llama3")
     assert "tokens/s relative to the uniform layout `4,4`." in gpt2
-    assert _row(gpt2, "`basic/pp2`")[3:6] == ["1,200", "1.000", "baseline"]
-    assert _row(gpt2, "`pipeline_layout/pp2-partition-3-5`")[3:6] == ["1,100", "0.917", "-8.3%"]
-    assert _row(gpt2, "`pipeline_layout/pp2-costs-L4.5`")[3:6] == ["950", "0.792", "-20.8%"]
-    assert "no uniform layout in this group: relative to the fastest, `6,2`." in llama3
-    assert _row(llama3, "`pipeline_layout/pp2-partition-3-5`")[3:6] == ["800", "0.889", "-11.1%"]
+    # case, layout, VPP, tokens/s, spread, ratio, change, noise band, verdict, status
+    assert _row(gpt2, "`basic/gpt2/pp2`")[3:9] == ["1,200", "±1.2%", "1.000", "–", "–", "uniform"]
+    assert _row(gpt2, "`pipeline_layout/gpt2/pp2-partition-3-5`")[3:9] == [
+        "1,100", "±1.2%", "0.917", "-8.3%", "±1.6%", "slower"]
+    assert _row(gpt2, "`pipeline_layout/gpt2/pp2-costs-L4.5`")[5:9] == [
+        "0.792", "-20.8%", "±1.6%", "slower"]
+    assert "this group has no uniform case (add one without a layout flag): relative to the " \
+           "fastest, `6,2`" in llama3
+    assert _row(llama3, "`pipeline_layout/llama3/pp2-costs-L4.5`")[8] == "fastest"
+    assert _row(llama3, "`pipeline_layout/llama3/pp2-partition-3-5`")[5:9] == [
+        "0.889", "-11.1%", "±1.6%", "slower"]
+    assert "On CPU these numbers say little" not in text  # CUDA records
 
 
 def test_plots_are_written_beside_the_markdown_and_linked(failing_report):
@@ -125,6 +136,16 @@ def test_a_report_from_the_plugins_real_cpu_records(tmp_path):
 
     data = Path(__file__).parent / "data" / "cpu_session.jsonl"
     report = build(read_session([data]), tmp_path / "report.md")
-    assert _row(report.markdown, "`pipeline_layout/pp2-costs-L4.5`", "gpt2")[2] == "6,2"
+    cases = report.markdown.split("## Cases")[1].split("\n## ")[0]
+    assert _row(cases, "`pipeline_layout/gpt2/pp2-costs-L4.5`")[1] == "6,2"
     assert "tokens/s relative to the uniform layout `4,4`." in report.markdown
+    text = report.markdown
+    assert "- **device**: CPU (each device slot a gloo process)" in text
+    assert "- **driver**: none needed (CPU session)" in text
+    assert "peak MB (CPU: process RSS)" in text and "process's peak resident memory" in text
+    # harness.result/1 records hold no step times: nothing is called faster or slower
+    throughput = text.split("## Layout throughput")[1].split("\n## ")[0]
+    assert "On CPU these numbers say little" in throughput
+    assert "not judged (fewer than 2 timed steps)" in throughput
+    assert "| slower" not in throughput and "| faster" not in throughput
     assert [p.name for p in report.images] == ["report-loss-gpt2.png"]
