@@ -3,6 +3,10 @@
     python -m harness.layout.suggest --pipeline-parallel 2 --costs 1x8,L:4.5
     python -m harness.layout.suggest --pipeline-parallel 4 --profile run/layers.jsonl
 
+A profile path the trainer wrote per rank (`--profile_layers run/layers.jsonl` under torchrun
+writes run/layers.rank0.jsonl, run/layers.rank1.jsonl, ...) may be given as the name passed to
+the trainer: it stands for every rank's file.
+
 stdout gets the ready-to-paste flag only (so `$(...)` works); a summary goes to stderr. `--json`
 prints one JSON object to stdout instead. The partition comes from `PipelineLayout.from_costs`,
 the very call the trainer makes for --pipeline_layer_costs, so the two always agree.
@@ -40,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--costs", metavar="SPEC", help="per-layer relative costs, e.g. '1x8,L:4.5'")
     source.add_argument("--profile", nargs="+", metavar="FILE",
-                        help="timing records: harness.layer_timing/1 JSON lines or InfiniTrain PROFILE_MODE text")
+                        help="timing records: harness.layer_timing/1 JSON lines or InfiniTrain "
+                             "PROFILE_MODE text; the path given to the trainer's --profile_layers "
+                             "stands for its per-rank files (FILE.rank<r>)")
     p.add_argument("--embedding-cost", "--embedding_cost", type=float, metavar="X",
                    help="cost added to the first stage (replaces a profiled value)")
     p.add_argument("--lm-head-cost", "--lm_head_cost", type=float, metavar="Y",
@@ -86,10 +92,29 @@ def _costs(args: argparse.Namespace) -> LayerCosts:
     else:
         if args.warmup_samples < 0:
             raise _Usage(f"--warmup-samples must be >= 0, got {args.warmup_samples}")
-        costs = read_profile(args.profile, args.warmup_samples)
+        costs = read_profile(expand_profiles(args.profile), args.warmup_samples)
     overrides = {name: value for name, value in (("embedding", args.embedding_cost), ("lm_head", args.lm_head_cost))
                  if value is not None}
     return replace(costs, **overrides)
+
+
+def expand_profiles(paths: list[str]) -> list[str]:
+    """Each path as given, or, when it does not exist, the per-rank files the trainer wrote for
+    it (`layers.jsonl` -> layers.rank0.jsonl, layers.rank1.jsonl, ... in rank order)."""
+    import re
+    from pathlib import Path
+
+    expanded: list[str] = []
+    for given in paths:
+        path = Path(given)
+        if path.exists():
+            expanded.append(given)
+            continue
+        pattern = re.compile(re.escape(path.stem) + r"\.rank(\d+)" + re.escape(path.suffix) + "$")
+        ranks = sorted((int(m.group(1)), p) for p in (path.parent.glob(f"{path.stem}.rank*")
+                       if path.parent.is_dir() else []) if (m := pattern.match(p.name)))
+        expanded += [str(p) for _, p in ranks] if ranks else [given]
+    return expanded
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -146,7 +146,10 @@ FLAGS: tuple[Flag, ...] = (
     _f("output_dir", str, None, "where the step records, run record and layout are written",
        "output", trainers={HARNESS}, owner="harness"),
     _f("profile_layers", str, None, "write per-layer forward/backward timings (JSON lines) "
-       "to this file", "output", trainers={HARNESS}, owner="harness"),
+       "to this file; with more than one process each rank writes its own, FILE with "
+       ".rank<r> before the suffix (layers.rank0.jsonl, layers.rank1.jsonl, ...), and "
+       "`harness.layout.suggest --profile FILE` reads them all", "output", trainers={HARNESS},
+       owner="harness"),
     _f("save", str, None, "checkpoint root folder", "output", trainers={INFINITRAIN}),
     _f("save_interval", int, 0, "save a checkpoint every N steps", "output",
        trainers={INFINITRAIN}),

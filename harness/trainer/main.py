@@ -225,6 +225,11 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
 
         dist.barrier()
         dist.destroy_process_group()
+    if profiler is not None and rank == 0:  # every rank's file is complete after the barrier
+        written = [str(profile_path(flags.profile_layers, r, world_size)) for r in range(world_size)]
+        print(f"layer profile written: {' '.join(written)}"
+              + (f" (one per rank; `python -m harness.layout.suggest --profile "
+                 f"{flags.profile_layers}` reads them all)" if world_size > 1 else ""), flush=True)
     return 0
 
 

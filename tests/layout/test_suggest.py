@@ -96,3 +96,23 @@ def test_tool_agrees_with_from_costs(problem, as_flags):
         assert main(argv) == 0
     expected = PipelineLayout.from_costs(len(costs), pp, spec).stage_layer_counts()
     assert tuple(json.loads(out.getvalue())["partition"]) == expected
+
+
+def test_the_name_given_to_the_trainer_stands_for_its_per_rank_files(tmp_path, capsys):
+    """Under torchrun `--profile_layers layers.jsonl` writes layers.rank<r>.jsonl; the tool takes
+    the name as one argument (and reads the ranks in rank order, 10 after 2)."""
+    from harness.layout.suggest import expand_profiles
+
+    for rank, layers in ((0, range(0, 4)), (1, range(4, 8))):
+        write(tmp_path, f"layers.rank{rank}.jsonl",
+              [record(i, 1.0, 1.0, step) for step in range(3) for i in layers]
+              + ([record("lm_head", 50.0, 50.0, step) for step in range(3)] if rank else []))
+    (tmp_path / "layers.rank10.jsonl").write_text("")
+    (tmp_path / "layers.rankx.jsonl").write_text("")  # not a rank file
+    named = str(tmp_path / "layers.jsonl")
+    assert expand_profiles([named]) == [str(tmp_path / f"layers.rank{r}.jsonl") for r in (0, 1, 10)]
+    (tmp_path / "layers.rank10.jsonl").unlink()
+    assert main(["--pipeline-parallel", "2", "--profile", named, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["partition"] == [7, 1]
+    missing = str(tmp_path / "none.jsonl")
+    assert expand_profiles([missing]) == [missing]  # the reader's own error names it

@@ -76,6 +76,7 @@ def test_cli_trains_and_writes_records_step_lines_and_gradients(tiny_assets, tmp
         (step, layer) for step in (1, 2, 3) for layer in [*range(8), "embedding", "lm_head"]
     }
     assert all(t["forward_ms"] > 0 and t["backward_ms"] > 0 for t in timings)
+    assert f"layer profile written: {tmp_path / 'timings.jsonl'}\n" in result.stdout
 
 
 def test_profiled_run_feeds_the_suggestion_tool(tiny_assets, tmp_path):
