@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     report = build(session, out, previous, with_plots=not args.no_plots)
     counts = {s: sum(r["status"] == s for r in session.records)
               for s in ("passed", "failed", "skipped", "error")}
-    print(f"report: {report.path.resolve()} ({len(session.records)} cases"
+    n = len(session.records)
+    print(f"report: {report.path.resolve()} ({n} case{'' if n == 1 else 's'}"
           + "".join(f"{', ' if i else ': '}{n} {s}"
                     for i, (s, n) in enumerate((s, n) for s, n in counts.items() if n))
           + (f"; {len(report.images)} plot(s)" if report.images else "")

@@ -34,40 +34,83 @@ def _series(values) -> list[float | None]:
     return [number(v) for v in values] if isinstance(values, list) else []
 
 
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">", "h", "p")
+_LINES = ("-", "--", "-.", ":")
+
+
+def series_styles(n: int) -> list[dict]:
+    """n distinct (colour, marker, line style) combinations: 20 colours (tab20, the dark shade
+    of each hue first), each with its own marker; past 20 the line style changes too."""
+    cmap = plt.get_cmap("tab20")
+    order = [*range(0, 20, 2), *range(1, 20, 2)]  # 10 dark hues, then their light shades
+    return [{"color": cmap(order[i % 20]), "marker": _MARKERS[i % len(_MARKERS)],
+             "linestyle": _LINES[(i // 20) % len(_LINES)]} for i in range(n)]
+
+
 def loss_figure(model: str, cases: list[CaseView], path: Path) -> Path | None:
-    """None when no case of the model recorded both its losses and its reference's."""
+    """None when no case of the model recorded both its losses and its reference's.
+
+    Top: the reference as a grey line, each run's loss as its own hollow marker and colour at
+    the exact step, one size smaller per run (runs that match show as concentric rings on it). Bottom: |loss - reference| per step on a log
+    axis against the tolerance; series are spread a little along x so coincident points stay
+    visible; an exact 0 is drawn on the labelled "exactly 0" row at the bottom."""
     plotted = [(c, _series(c.record.get("losses")), _series(c.record.get("reference_losses")))
                for c in cases]
     plotted = [(c, got, ref) for c, got, ref in plotted if got and ref]
     if not plotted:
         return None
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
+    styles = series_styles(len(plotted))
+    rows = max(6.5, 3.2 + 0.18 * len(plotted))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, rows), sharex=True,
+                                      gridspec_kw={"height_ratios": [1, 1.3]})
     reference = max((ref for _, _, ref in plotted), key=len)
     steps = range(1, len(reference) + 1)
-    top.plot(steps, [math.nan if v is None else v for v in reference], "k-", lw=2,
-             label="single-device reference")
-    tolerances = set()
+    top.plot(steps, [math.nan if v is None else v for v in reference], color="0.6", lw=2.5,
+             zorder=1, label="single-device reference")
+    diffs_of = []
     for case, got, ref in plotted:
         n = min(len(got), len(ref))
-        diffs = [abs(got[i] - ref[i]) if got[i] is not None and ref[i] is not None else math.nan
-                 for i in range(n)]
-        style = "-" if case.status == "passed" else "--"
-        bottom.semilogy(range(1, n + 1), [max(d, _TINY) if d == d else math.nan for d in diffs],
-                        style, marker=".", label=f"{case.case_id} ({case.status})")
-        top.plot(range(1, len(got) + 1), [math.nan if v is None else v for v in got], style,
-                 lw=0.8, alpha=0.7)
+        diffs_of.append([abs(got[i] - ref[i]) if got[i] is not None and ref[i] is not None
+                         else math.nan for i in range(n)])
+    nonzero = [d for diffs in diffs_of for d in diffs if d == d and d > 0]
+    floor = min(nonzero) / 100 if nonzero else 1e-12
+    spread = 0.3 / max(1, len(plotted) - 1) if len(plotted) > 1 else 0.0
+    tolerances = set()
+    for k, ((case, got, _), diffs, style) in enumerate(zip(plotted, diffs_of, styles)):
+        label = f"{case.case_id} ({case.status})"
+        dx = (k - (len(plotted) - 1) / 2) * spread
+        line = dict(style, markersize=5, markerfacecolor="none" if k % 2 else style["color"],
+                    lw=1.0 if case.status == "passed" else 2.0)
+        # Top: at the exact step, hollow and one size smaller per run, so runs that match the
+        # reference show as concentric rings on it.
+        top.plot(range(1, len(got) + 1), [math.nan if v is None else v for v in got],
+                 linestyle="none", marker=style["marker"], markerfacecolor="none",
+                 markeredgecolor=style["color"], markeredgewidth=1.2,
+                 markersize=5 + min(1.2, 16 / len(plotted)) * (len(plotted) - 1 - k),
+                 zorder=2 + k)
+        bottom.plot([i + 1 + dx for i in range(len(diffs))],
+                    [max(d, floor) if d == d else math.nan for d in diffs], label=label, **line)
         atol = number(section(section(case.record, "tolerances"), "loss").get("atol"))
         if atol:
             tolerances.add(atol)
+    bottom.set_yscale("log")
     for atol in sorted(tolerances):
-        bottom.axhline(atol, color="red", lw=1, ls=":", label=f"loss atol {atol:g}")
+        bottom.axhline(atol, color="red", lw=1.2, ls=(0, (4, 2)), label=f"loss atol {atol:g}")
+    bottom.axhline(floor, color="0.6", lw=0.8, zorder=0)
+    ticks = [t for t in bottom.get_yticks() if t > floor * 10]
+    bottom.set_yticks([floor, *ticks])
+    bottom.set_yticklabels(["exactly 0", *(f"{t:.0e}" for t in ticks)])
+    bottom.set_ylim(floor / 3, max([*tolerances, *nonzero, floor]) * 5)
     top.set_ylabel("loss")
-    top.set_title(f"{model}: loss per step against the single-device reference")
-    top.legend(fontsize=7)
-    bottom.set_ylabel(f"|loss - reference| (0 drawn at {_TINY:g})")
+    top.set_title(f"{model}: loss per step, {len(plotted)} runs against the single-device "
+                  "reference (grey line; one ring per run)", fontsize=10)
+    top.legend(fontsize=7, loc="upper right")
+    bottom.set_ylabel("|loss − reference|")
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-    bottom.set_xlabel("step")
-    bottom.legend(fontsize=6, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    bottom.set_xlabel("step (runs spread slightly along x so overlapping points stay visible)")
+    bottom.legend(fontsize=7, ncol=1 if len(plotted) <= 20 else 2, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), title="run (marker in both panels)",
+                  title_fontsize=7)
     return _save(fig, path)
 
 
@@ -120,7 +163,7 @@ def gradient_figure(case: CaseView, path: Path) -> Path | None:
     if not bars:
         return None
     stages = list(dict.fromkeys(b.stage for b in bars))
-    colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(stages)}
+    colours = {s: series_styles(len(stages))[i]["color"] for i, s in enumerate(stages)}
     fig, axis = plt.subplots(figsize=(max(6, (0.3 if kind == "layer" else 0.5) * len(bars) + 3),
                                       4.5))
     for i, bar in enumerate(bars):
@@ -135,8 +178,13 @@ def gradient_figure(case: CaseView, path: Path) -> Path | None:
         axis.axhline(atol, color="red", ls=":", lw=1, label=f"gradient atol {atol:g}")
     for stage in stages:
         axis.bar(0, 0, color=colours[stage], label=f"stage {stage}")
-    axis.legend(fontsize=7)
-    axis.set_ylabel("max |got - ref| (red edge: out of tolerance; hatched: NaN / inf)")
+    axis.bar(0, 0, color="white", edgecolor="red", linewidth=1.5, label="out of tolerance")
+    if any(b.nonfinite for b in bars):
+        axis.bar(0, 0, color="white", hatch="//", edgecolor="0.3", label="NaN / inf")
+    if any(b.value is not None and b.value == 0 for b in bars):
+        axis.bar(0, 0, color="white", label=f"exactly 0 (drawn at {_TINY:g})")
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axis.set_ylabel("max |got − ref|")
     what = "every layer" if kind == "layer" else "worst gradients by layer"
     axis.set_title(f"{case.name}: {what}, coloured by stage", fontsize=9)
     return _save(fig, path)
