@@ -9,7 +9,9 @@ from .records import (
     new_record,
     read_results,
 )
+from .result_record import ResultRecord
 from .session import HEADER_NAME, SESSION_FORMAT, read_header, write_header
 
-__all__ = ["FIELDS", "HEADER_NAME", "RESULT_FORMAT", "ResultsWriter", "SESSION_FORMAT",
+__all__ = ["FIELDS", "HEADER_NAME", "RESULT_FORMAT", "ResultRecord", "ResultsWriter",
+           "SESSION_FORMAT",
            "junit_properties", "new_record", "read_header", "read_results", "write_header"]

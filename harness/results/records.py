@@ -2,51 +2,27 @@
 file, appended under a file lock (one write per record, flushed and fsync'ed), so pytest-xdist
 workers never lose or interleave records. `python -m harness.report` reads these files.
 
-Record (format harness.result/2), every key always present (null where it does not apply):
-
-    format, session, worker, nodeid, name (tag/model/id), tag, model, case_id, description,
-    status (passed | failed | skipped | error), reason (one line), errors (list of texts),
-    world_size, parallel {pp, tp, dp, vpp, sequence_parallel}, trainer (the backend: harness,
-    command, infinitrain), flags (the flags the run was launched with), passthrough_flags
-    (the case's flags the flag table does not know, passed to the trainer as written),
-    layout (run.json's layout dict), layout_text, device, devices (leased slots),
-    compare {loss, gradients}, tolerances {loss {atol, rtol}, gradients {atol, rtol}},
-    loss (diff summary: steps, mismatched, max_abs_diff, first_diverging_step, ...),
-    gradients (diff summary: parameters, mismatched, missing, extra, worst [..],
-    per_layer [..], ...),
-    losses (the run's loss per step), reference_losses,
-    tokens_per_s (mean over steps after the first), peak_memory_mb (max), step_time_ms (mean),
-    step_times_ms (each step after the first, for the report's spread),
-    reference {key, path, built, command}, command (argv), returncode, timed_out, failing_rank,
-    logs {launcher_stdout, launcher_stderr, ranks {rank: [paths]}}, output_dir,
-    environment (run.json's environment), timings {lease_wait_s, reference_s, run_s,
-    compare_s, total_s}, started_at, finished_at
+The record itself, its fields and their meanings: harness.results.result_record (ResultRecord,
+FIELDS; docs/results_format.md's key table is generated from it).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-RESULT_FORMAT = "harness.result/2"
-# Formats the readers accept: /2 added `trainer` and `passthrough_flags` (absent in /1 records).
-READABLE_FORMATS = ("harness.result/1", RESULT_FORMAT)
-FIELDS = (
-    "format", "session", "worker", "nodeid", "name", "tag", "model", "case_id", "description",
-    "status", "reason", "errors", "world_size", "parallel", "trainer", "flags",
-    "passthrough_flags", "layout", "layout_text",
-    "device", "devices", "compare", "tolerances", "loss", "gradients", "losses",
-    "reference_losses", "tokens_per_s", "peak_memory_mb", "step_time_ms", "step_times_ms",
-    "reference",
-    "command", "returncode", "timed_out", "failing_rank", "logs", "output_dir", "environment",
-    "timings", "dumps", "disk_bytes", "started_at", "finished_at",
+from .result_record import (  # noqa: F401 (re-exported: the names readers import from here)
+    FIELDS,
+    READABLE_FORMATS,
+    RESULT_FORMAT,
+    STATUSES,
+    ResultRecord,
+    _clean,
 )
-STATUSES = ("passed", "failed", "skipped", "error")
 
 
 def new_record(**values: Any) -> dict:
@@ -57,24 +33,13 @@ def new_record(**values: Any) -> dict:
     return record
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN / inf as strings, paths as strings, tuples as lists."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
 class ResultsWriter:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
 
-    def append(self, record: dict) -> None:
+    def append(self, record: dict | ResultRecord) -> None:
+        if isinstance(record, ResultRecord):
+            record = record.to_json()
         unknown = set(record) - set(FIELDS)
         if unknown:
             raise ValueError(f"result record has unknown fields {sorted(unknown)}")
@@ -90,14 +55,13 @@ class ResultsWriter:
 
 
 def read_results(path: str | os.PathLike) -> list[dict]:
+    """Every record of a results file, strictly (a bad format or an unknown key is a ValueError
+    naming the file and line), as dicts with every key of FIELDS."""
     records = []
     for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if line.strip():
-            record = json.loads(line)
-            if record.get("format") not in READABLE_FORMATS:
-                raise ValueError(f"{path}:{number}: format {record.get('format')!r}, "
-                                 f"expected {RESULT_FORMAT!r}")
-            records.append(record)
+            typed = ResultRecord.from_json(json.loads(line), where=f"{path}:{number}")
+            records.append(typed.to_json())
     return records
 
 

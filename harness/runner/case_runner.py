@@ -23,6 +23,7 @@ from harness.launch import (
 )
 from harness.launch.backends import read_jsonl
 from harness.reference import ReferenceCache, ReferenceError, reference_key
+from harness.results.result_record import Logs, Reference, ResultRecord, Timings
 
 from .checkpoints import (
     announce_checkpoint,
@@ -130,28 +131,27 @@ class CaseRunner:
     def run(self, case: Case, nodeid: str = "") -> Outcome:
         started = time.time()
         record = start_record(case, self.settings, nodeid)
-        record["trainer"] = self.backend.name
+        record.trainer = self.backend.name
         # The layout the flags ask for, so skipped and crashed cases carry one too; a run that
         # records its own layout (run.json) replaces it below.
         set_layout(record, layout_from_flags(case, self.num_layers(case.model)))
-        timings: dict[str, float] = {}
-        record["timings"] = timings
+        timings = record.timings
         try:
             outcome = self._run(case, record, timings)
         except Exception as error:  # a harness-side problem: recorded, then shown
             outcome = Outcome("error", f"{case.name}: {type(error).__name__}: {error}")
         if self.foreign:  # a resume case waiting on this one must not wait for nothing
             mark_checkpoint_done(self.run_flags(case), ok=False, overwrite=False)
-        record["status"] = outcome.status
-        record["reason"] = outcome.message.splitlines()[0] if outcome.message else None
+        record.status = outcome.status
+        record.reason = outcome.message.splitlines()[0] if outcome.message else None
         if outcome.status in ("failed", "error"):
-            record["errors"].append(outcome.message)
-        timings["total_s"] = time.time() - started
-        record["finished_at"] = now()
-        outcome.record = record
+            record.errors.append(outcome.message)
+        timings.total_s = time.time() - started
+        record.finished_at = now()
+        outcome.record = record.to_json()
         return outcome
 
-    def _run(self, case: Case, record: dict, timings: dict) -> Outcome:
+    def _run(self, case: Case, record: ResultRecord, timings: Timings) -> Outcome:
         reason = self.skip_reason(case)
         if reason:
             return Outcome("skipped", reason)
@@ -163,10 +163,11 @@ class CaseRunner:
 
         t = time.time()
         reference = self.reference(case, checkpoint, input_bin)
-        timings["reference_s"] = time.time() - t
-        record["reference"] = {"key": reference.key, "path": str(reference.path),
-                               "built": reference.built, "command": reference.info.get("command"),
-                               "topology": dict(case.reference_topology) or None}
+        timings.reference_s = time.time() - t
+        record.reference = Reference(key=reference.key, path=str(reference.path),
+                                     built=reference.built,
+                                     command=reference.info.get("command"),
+                                     topology=dict(case.reference_topology) or None)
 
         out = self.settings.session_dir / "cases" / case.tag / case.model / case.case_id
         flags = self.run_flags(case)
@@ -175,11 +176,11 @@ class CaseRunner:
             reason = self.gradients_unavailable(case.model, self.run_flags(case, reference=True))
             no_gradients = f"the reference topology's gradients are {reason}" if reason else None
         if case.compare.gradients and no_gradients:
-            record["gradients"] = {"compared": False, "reason": no_gradients}
+            record.gradients = {"compared": False, "reason": no_gradients}
         waited = wait_for_checkpoint(flags, self.settings.timeout_s)
         if waited:
             return Outcome("skipped", waited)
-        record["flags"] = flags  # what the run is launched with
+        record.flags = flags  # what the run is launched with
         spec = LaunchSpec(
             case=case.name, model=case.model, flags=flags, world_size=case.world_size,
             checkpoint=checkpoint, input_bin=input_bin, output_dir=out,
@@ -187,40 +188,39 @@ class CaseRunner:
             else None,
             log_dir=out / "logs", device=self.settings.device,
         )
-        record["output_dir"] = str(out)
+        record.output_dir = str(out)
         t = time.time()
         with self.leases.lease(case.world_size) as slots:
-            timings["lease_wait_s"] = time.time() - t
+            timings.lease_wait_s = time.time() - t
             spec.slots = slots
             spec.port = free_port(self.settings.session_dir / "ports")
-            record["devices"] = slots
+            record.devices = slots
             result = self._launch(spec)
-        timings["run_s"] = result.duration_s
-        record.update(command=list(result.argv), returncode=result.returncode,
-                      timed_out=result.timed_out)
+        timings.run_s = result.duration_s
+        record.command = list(result.argv)
+        record.returncode, record.timed_out = result.returncode, result.timed_out
         rank_logs = self._rank_logs(spec, result)
-        record["logs"] = {"launcher_stdout": str(result.stdout),
-                          "launcher_stderr": str(result.stderr),
-                          "ranks": {r: [str(p) for p in ps] for r, ps in rank_logs.items()}}
+        record.logs = Logs(launcher_stdout=str(result.stdout), launcher_stderr=str(result.stderr),
+                           ranks={r: [str(p) for p in ps] for r, ps in rank_logs.items()})
         outputs = self.backend.collect(spec, result)
         run_record = outputs.run_record or {}
-        record["environment"] = run_record.get("environment")
-        layout = run_record.get("layout") or record["layout"]
+        record.environment = run_record.get("environment")
+        layout = run_record.get("layout") or record.layout
         set_layout(record, layout)
-        record["layout_text"] = run_record.get("layout_text")
+        record.layout_text = run_record.get("layout_text")
         ran = run_record.get("parallel") or {}
-        if ran.get("schedule") and isinstance(record.get("parallel"), dict):
-            record["parallel"]["schedule"] = ran["schedule"]  # what the trainer chose and ran
+        if ran.get("schedule") and record.parallel is not None:
+            record.parallel.schedule = ran["schedule"]  # what the trainer chose and ran
         steps = outputs.steps
-        record["losses"] = [s.get("loss") for s in steps]
-        record.update(throughput(steps))
+        record.losses = [s.get("loss") for s in steps]
+        record.set(**throughput(steps))
         mark_checkpoint_done(flags, result.ok and not outputs.problem)
 
         if not result.ok or outputs.problem:
             failing = self.backend.failing_rank(spec, result)
             if failing is None and spec.world_size == 1:
                 failing = "0"  # one process: it is the one that failed
-            record["failing_rank"] = failing
+            record.failing_rank = failing
             return Outcome("failed", self._crash_text(case, spec, result, failing, rank_logs,
                                                       problem=outputs.problem))
 
@@ -230,11 +230,11 @@ class CaseRunner:
         ref_steps = read_jsonl(reference.steps_file)
         first = self.first_step(flags)
         ref_steps = [s for s in ref_steps if int(s.get("step", 0)) >= first]
-        record["reference_losses"] = [s.get("loss") for s in ref_steps]
+        record.reference_losses = [s.get("loss") for s in ref_steps]
         relative = relative_thresholds(case.flags.get("dtype"))  # the scale-free verdict
         if case.compare.loss:
             loss = compare_losses(steps, ref_steps, case.tolerances.loss, relative.loss)
-            record["loss"] = loss.to_dict()
+            record.loss = loss.to_dict()
             ok &= loss.ok
             lines += loss_lines(loss)
         if case.compare.gradients and spec.gradients_dir is not None:
@@ -242,13 +242,13 @@ class CaseRunner:
                                       case.tolerances.gradients,
                                       Locator.from_layout(layout, case.model),
                                       relative=relative.gradients)
-            record["gradients"] = grads.to_dict()
+            record.gradients = grads.to_dict()
             ok &= grads.ok
             lines += gradient_lines(grads)
-        timings["compare_s"] = time.time() - t
-        record["dumps"] = settle_dumps(spec.gradients_dir, bool(ok),
-                                       getattr(self.settings, "keep_dumps", "failed"))
-        record["disk_bytes"] = folder_bytes(spec.output_dir)
+        timings.compare_s = time.time() - t
+        record.dumps = settle_dumps(spec.gradients_dir, bool(ok),
+                                      getattr(self.settings, "keep_dumps", "failed"))
+        record.disk_bytes = folder_bytes(spec.output_dir)
         if ok:
             return Outcome("passed", "")
         return Outcome("failed", mismatch_text(case, lines, spec.output_dir, reference.path,

@@ -1,5 +1,5 @@
-"""The case's result record (docs/results_format.md): what is known before the run, the layout
-it ran with, and the throughput of its steps."""
+"""The case's result record (harness.results.ResultRecord, docs/results_format.md): what is
+known before the run, the layout it ran with, and the throughput of its steps."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ import time
 from typing import Any
 
 from harness.cases import Case
-from harness.results import new_record
+from harness.results.result_record import Parallel, ResultRecord
 
 from .settings import Settings
 
 
-def start_record(case: Case, settings: Settings, nodeid: str) -> dict:
-    return new_record(
+def start_record(case: Case, settings: Settings, nodeid: str) -> ResultRecord:
+    return ResultRecord(
         session=settings.session_id, worker=settings.worker, nodeid=nodeid,
         name=case.name, tag=case.tag, model=case.model, case_id=case.case_id,
         description=case.description, world_size=case.world_size,
-        parallel={"pp": case.pp, "tp": case.tp, "dp": case.dp, "vpp": case.vpp,
-                  "sequence_parallel": bool(case.flags.get("sequence_parallel"))},
+        parallel=Parallel(pp=case.pp, tp=case.tp, dp=case.dp, vpp=case.vpp,
+                          sequence_parallel=bool(case.flags.get("sequence_parallel"))),
         flags={**case.flags, **case.args}, passthrough_flags=list(case.passthrough),
         device=settings.device,
         compare=case.compare.to_dict(), tolerances=case.tolerances.to_dict(),
@@ -27,13 +27,13 @@ def start_record(case: Case, settings: Settings, nodeid: str) -> dict:
     )
 
 
-def set_layout(record: dict, layout: dict | None) -> None:
+def set_layout(record: ResultRecord, layout: dict | None) -> None:
     """The record's layout, and `parallel.vpp` from it: a Megatron string or a chunk layout
     sets the chunks per stage without --virtual_pipeline_parallel."""
-    record["layout"] = layout
+    record.layout = layout
     vpp = layout.get("vpp") if isinstance(layout, dict) else None
-    if isinstance(vpp, int) and vpp >= 1:
-        record["parallel"]["vpp"] = vpp
+    if isinstance(vpp, int) and vpp >= 1 and record.parallel is not None:
+        record.parallel.vpp = vpp
 
 
 def throughput(steps: list[dict]) -> dict[str, Any]:
