@@ -43,6 +43,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "`trainer.backend`, else the bundled trainer)")
     group.addoption("--harness-var", action="append", default=[], metavar="NAME=VALUE",
                     help="set a config variable (@NAME@), over the file's `variables`")
+    group.addoption("--harness-golden", default=None, metavar="DIR",
+                    help="compare against the golden records in DIR instead of running "
+                    "references (docs/harness_guide.md, Golden records)")
+    group.addoption("--harness-golden-write", default=None, metavar="DIR",
+                    help="record every reference this session uses as a golden record in DIR")
+    group.addoption("--harness-golden-allow-mismatch", action="store_true",
+                    help="use golden records made in another environment (the mismatch is "
+                    "recorded); without it such a golden is an error")
     group.addoption("--infinitrain-build", default=None, metavar="DIR",
                     help="InfiniTrain's build folder, holding gpt2, llama3 and infini_run "
                     "(default: the config's BUILD_DIR variable, from the config's folder)")
@@ -242,6 +250,11 @@ class HarnessCaseItem(pytest.Item):
         return self.path, None, f"{self.case.name} ({self.case.source})"
 
 
+def _path_option(config: pytest.Config, name: str) -> Path | None:
+    value = config.getoption(name)
+    return Path(value).resolve() if value else None
+
+
 def _runner(config: pytest.Config, harness_config):
     if _RUNNER not in config.stash:
         from harness.runner import CaseRunner
@@ -254,6 +267,9 @@ def _runner(config: pytest.Config, harness_config):
             config.getoption("--harness-timeout"),
             launcher=config.getoption("--harness-launcher"),
             keep_dumps=config.getoption("--harness-keep-dumps"),
+            golden_dir=_path_option(config, "--harness-golden"),
+            golden_write_dir=_path_option(config, "--harness-golden-write"),
+            golden_allow_mismatch=config.getoption("--harness-golden-allow-mismatch"),
         )
         s["session_dir"].mkdir(parents=True, exist_ok=True)
         config.stash[_RUNNER] = CaseRunner(harness_config, settings)

@@ -24,6 +24,12 @@ from harness.launch import (
 from harness.launch.backends import read_jsonl
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 from harness.results.result_record import Logs, Reference, ResultRecord, Timings
+from harness.reference.golden import (
+    GoldenStore,
+    environment_fingerprint,
+    fingerprint_mismatch_text,
+    mismatches,
+)
 
 from .checkpoints import (
     announce_checkpoint,
@@ -167,7 +173,9 @@ class CaseRunner:
         record.reference = Reference(key=reference.key, path=str(reference.path),
                                      built=reference.built,
                                      command=reference.info.get("command"),
-                                     topology=dict(case.reference_topology) or None)
+                                     topology=dict(case.reference_topology) or None,
+                                     golden=reference.info.get("golden"),
+                                     golden_mismatch=reference.info.get("mismatch"))
 
         out = self.settings.session_dir / "cases" / case.tag / case.model / case.case_id
         flags = self.run_flags(case)
@@ -281,6 +289,8 @@ class CaseRunner:
         key_flags = flags if world == 1 else {**flags, "reference_world_size": world}
         key = reference_key(case.model, {"checkpoint": checkpoint, "input_bin": input_bin},
                             key_flags, self.settings.device, self.backend.version())
+        if self.settings.golden_dir is not None:
+            return self.golden(case, key)
         name = self.references.entry_name(key)
         failure = self.settings.session_dir / "reference-failures" / f"{name}.txt"
         if failure.is_file():  # failed earlier in this session: do not run it again per case
@@ -325,7 +335,26 @@ class CaseRunner:
                 write_steps(folder / "steps.jsonl", outputs.steps)
             return {"command": list(result.argv), "duration_s": result.duration_s}
 
-        return self.references.get_or_build(key, build)
+        entry = self.references.get_or_build(key, build)
+        if self.settings.golden_write_dir is not None:
+            GoldenStore(self.settings.golden_write_dir).write(key, entry, self.fingerprint())
+        return entry
+
+    def fingerprint(self) -> dict:
+        return environment_fingerprint(self.backend.version(), self.settings.device,
+                                       torch_matters=not self.foreign)
+
+    def golden(self, case: Case, key: dict):
+        """The golden record of the case's reference, checked against this environment."""
+        golden = GoldenStore(self.settings.golden_dir).read(key, case.name)
+        found = mismatches(golden.fingerprint, self.fingerprint())
+        if found and not self.settings.golden_allow_mismatch:
+            raise ReferenceError(
+                f"{case.name}: the golden record {golden.entry.path} was made in another "
+                f"environment: {fingerprint_mismatch_text(found)} (re-record it with --harness-golden-write, "
+                f"or accept it with --harness-golden-allow-mismatch)")
+        golden.entry.info["mismatch"] = {k: list(v) for k, v in found.items()} or None
+        return golden.entry
 
     def _rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
         """Each rank's log files. A single process is launched without torchrun: its stdout

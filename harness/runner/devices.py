@@ -12,7 +12,9 @@ from .settings import Settings
 
 def runner_settings(session_dir: Path, reference_root: Path, worker: str, device: str,
                     gpus: int | None, timeout_s: float, launcher: str = "torchrun",
-                    keep_dumps: str = "failed") -> Settings:
+                    keep_dumps: str = "failed", golden_dir: Path | None = None,
+                    golden_write_dir: Path | None = None,
+                    golden_allow_mismatch: bool = False) -> Settings:
     if device == "auto":
         device = "cuda" if cuda_count() else "cpu"
     if launcher == "auto":  # the zygote where it is measured and safe: CPU (docs/benchmarks.md)
@@ -26,7 +28,8 @@ def runner_settings(session_dir: Path, reference_root: Path, worker: str, device
     return Settings(
         session_id=session_dir.name, session_dir=session_dir, reference_root=reference_root,
         lease_dir=lease_dir, slots=slots, device=device, timeout_s=timeout_s, worker=worker,
-        launcher=launcher, keep_dumps=keep_dumps,
+        launcher=launcher, keep_dumps=keep_dumps, golden_dir=golden_dir,
+        golden_write_dir=golden_write_dir, golden_allow_mismatch=golden_allow_mismatch,
     )
 
 

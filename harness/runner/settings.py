@@ -18,6 +18,9 @@ class Settings:
     worker: str = "main"
     launcher: str = "torchrun"  # the bundled trainer's: torchrun | zygote (harness.launch.zygote)
     keep_dumps: str = "failed"  # gradient dumps kept after the diff: failed | all | none
+    golden_dir: Path | None = None  # compare against golden records here (harness.reference.golden)
+    golden_write_dir: Path | None = None  # record the references used as golden records here
+    golden_allow_mismatch: bool = False  # use a golden from another environment (recorded)
 
 
 @dataclass

@@ -224,3 +224,47 @@ def test_a_reference_topology_that_cannot_run_the_model_is_one_clear_line(infini
     assert record["status"] == "error", output[-3000:]
     assert ("the reference (nthread_per_process=8, tensor_parallel=8) failed: a rank stopped "
             "on a fatal error: Check failed: n_head % tp_size == 0") in record["errors"][0]
+
+
+def test_golden_records_replace_the_reference_and_say_where_they_came_from(infinitrain):
+    """Record goldens in one session; check a later session against them without running a
+    reference; a planted difference is still found; a golden from another environment and a
+    missing golden are each one clear error."""
+    root, build, var_args = infinitrain
+    golden = root / "golden"
+    select = ("-m", "basic", "-k", "gpt2 and 6 and not bfloat16")
+    _, records = run_session(root, build, var_args, root / "g-write", *select,
+                             "--harness-golden-write", str(golden))
+    assert [r["status"] for r in records] == ["passed"]
+    (entry,) = golden.iterdir()
+    assert {p.name for p in entry.iterdir()} == {"golden.json", "steps.jsonl", "gradients"}
+
+    _, records = run_session(root, build, var_args, root / "g-use", *select,
+                             "--harness-golden", str(golden))
+    (record,) = records
+    assert record["status"] == "passed" and record["reference"]["golden"] == str(entry)
+    assert record["reference"]["built"] is False and record["gradients"]["parameters"] > 0
+
+    result, records = run_session(root, build, var_args, root / "g-planted", *select,
+                                  "--harness-golden", str(golden),
+                                  env={"STANDIN_PLANT": "transformer.h.5.mlp.c_fc.weight:1e-3"})
+    assert records[0]["status"] == "failed"
+    assert records[0]["gradients"]["worst"][0]["name"] == "transformer.h.5.mlp.c_fc.weight"
+
+    meta = json.loads((entry / "golden.json").read_text())
+    meta["fingerprint"]["device"] = "cuda"
+    (entry / "golden.json").write_text(json.dumps(meta))
+    result, records = run_session(root, build, var_args, root / "g-other", *select,
+                                  "--harness-golden", str(golden))
+    assert records[0]["status"] == "error"
+    assert "was made in another environment: device 'cuda' then, 'cpu' now" in \
+        records[0]["errors"][0]
+    _, records = run_session(root, build, var_args, root / "g-allowed", *select,
+                             "--harness-golden", str(golden), "--harness-golden-allow-mismatch")
+    assert records[0]["status"] == "passed"
+    assert records[0]["reference"]["golden_mismatch"] == {"device": ["cuda", "cpu"]}
+
+    _, records = run_session(root, build, var_args, root / "g-missing", "-m", "basic", "-k",
+                             "llama3 and 6 and not bfloat16", "--harness-golden", str(golden))
+    assert records[0]["status"] == "error"  # no LLaMA 3 reference was recorded
+    assert "basic/llama3/6: no golden record for its reference in" in records[0]["errors"][0]
