@@ -12,6 +12,15 @@ the layout. Its behaviour comes from the case id (the last part of --case):
     slow         sleeps 0.15 s (for lease overlap tests)
     sigkill      starts world_size - 1 "rank" children that sleep, then SIGKILLs itself
     inf-grad     h.2.mlp.c_fc.weight holds an inf     corrupt-grad  h.3.mlp.c_fc.weight.npy is junk
+    bad-last-stage  ln_f.weight (and LLaMA's lm_head.weight) scaled by 1.5: parameters only the
+                 last pipeline stage holds
+    exit-after-outputs  writes every step and gradient, then exits 1
+    grad-at-atol / grad-above-atol / grad-at-rtol / grad-above-rtol  the pinned element
+                 h.4.mlp.c_fc.weight[0, 0] (1.5 in every run) moved by exactly ATOL (2**-14) /
+                 RTOL * 1.5 (RTOL 2**-10), or by the next float32 above that
+    loss-at-atol / loss-above-atol / loss-at-rtol / loss-above-rtol  step 2's loss (4.75) moved
+                 by exactly ATOL / LOSS_RTOL * 4.75 (both 2**-14), or the next float64 above; written to
+                 steps.jsonl at full precision
 Anything else matches the reference exactly. With FAKE_RECORD_DIR set it appends its lease
 (slots, start, end, port) and every reference run to JSON-lines files there, and the pid and
 argv of every process it starts (itself included) to pids.jsonl.
@@ -30,6 +39,20 @@ from pathlib import Path
 import numpy as np
 
 LAYERS = 8
+PINNED = "h.4.mlp.c_fc.weight"  # element [0, 0] is 1.5 in every run: exact tolerance tests
+ATOL = 2.0**-14
+RTOL = 2.0**-10
+LOSS_RTOL = 2.0**-14  # bf16's scale-free loss threshold (1e-4) stays out of the way
+
+
+def moved(value, mode, what, atol_delta, rtol_delta, dtype):
+    """`value` moved by exactly the atol / rtol bound, or the next float above it."""
+    if not mode.startswith(what + "-"):
+        return value
+    delta = atol_delta if mode.endswith("-atol") else rtol_delta
+    bound = dtype(value + delta)
+    assert float(bound) - float(value) == delta  # exact: the test is about the boundary
+    return np.nextafter(bound, dtype(np.inf)) if "-above-" in mode else bound
 
 
 def parameter_names(model):
@@ -99,15 +122,21 @@ def main():
         layout = resolve_layout(LAYERS, args.pipeline_parallel,
                                 partition=args.pipeline_layer_partition)
         (out / "run.json").write_text(json.dumps({"layout": layout.to_dict()}))
+    exact_steps = []
     for step in range(1, args.num_iteration + 1):
         loss = 5.0 - 0.125 * step
         if "nan" in mode and step == 2:
             loss = float("nan")
         if "bad-loss" in mode and step == 3:
             loss += 0.01
+        if step == 2:
+            loss = float(moved(loss, mode, "loss", ATOL, LOSS_RTOL * abs(loss), np.float64))
+        exact_steps.append({"step": step, "loss": loss})
         print(f"step {step:4d}/{args.num_iteration} | train loss {loss:.6f} | lr 1.00e-04 | "
               f"(1.0 ms | {1000 * args.world_size} tok/s | peak used: {10 + args.world_size} MB | "
               f"DP=1, TP=1, PP={args.pipeline_parallel})", flush=True)
+    if mode.startswith("loss-"):  # the step lines round to 6 decimals: the exact losses
+        (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in exact_steps))
     if args.gradients_dir:
         grads = Path(args.gradients_dir)
         grads.mkdir(parents=True, exist_ok=True)
@@ -115,6 +144,11 @@ def main():
             if "missing-grad" in mode and name == "h.1.mlp.c_fc.weight":
                 continue
             value = gradient(name, args.seed)
+            if name == PINNED:
+                value[0, 0] = 1.5
+                value[0, 0] = moved(value[0, 0], mode, "grad", ATOL, RTOL * 1.5, np.float32)
+            if "bad-last-stage" in mode and name in ("ln_f.weight", "lm_head.weight"):
+                value *= 1.5
             if "nan" in mode and name == "h.0.attn.c_proj.weight":
                 value[1, 1] = np.nan
             if "bad-grad" in mode and name == "h.5.attn.c_proj.weight":
@@ -126,6 +160,9 @@ def main():
                 (grads / f"{name}.npy").write_bytes(b"\x93NUMPY junk, not an array")
         if "extra-grad" in mode:
             np.save(grads / "h.9.bogus.weight.npy", np.zeros((2,), np.float32))
+    if "exit-after-outputs" in mode:  # every output is whole, but the run did not succeed
+        print("fake: exiting 1 after writing every output", file=sys.stderr, flush=True)
+        sys.exit(1)
     if args.case != "reference":
         record("leases", {"case": args.case, "slots": args.devices, "start": started,
                           "end": time.time(), "pid": os.getpid(), "port": args.port})
