@@ -10,7 +10,7 @@ from .diff import (
     within,
 )
 from .locate import Locator
-from .report import gradient_lines, loss_lines
+from .render import gradient_lines, loss_lines
 
 __all__ = ["GradientDiff", "Locator", "LossDiff", "ParameterDiff", "compare_gradients",
            "compare_losses", "gradient_lines", "gradient_names", "loss_lines", "within"]

@@ -1,10 +1,11 @@
-"""The markdown sections of one session's report, each a list of lines (tabulate, GitHub pipe
-tables, which render both in a file viewer and in a GitHub job summary)."""
+"""The markdown sections of one session's report, each a list of lines (GitHub pipe tables,
+which render both in a file viewer and in a GitHub job summary; tables and the failures' diffs
+are written by harness.compare.render, the renderer pytest's failure text shares)."""
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
+from harness.compare import render
+from harness.compare.render import gradient_markdown, loss_markdown
 from harness.results.records import STATUSES
 
 from .reading import Session
@@ -17,9 +18,7 @@ STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ s
 
 
 def table(rows: list[list], headers: list[str]) -> list[str]:
-    cells = [[md_escape(c) for c in row] for row in rows]
-    return tabulate(cells, headers=[md_escape(h) for h in headers], tablefmt="github",
-                    disable_numparse=True).splitlines()
+    return render.table(rows, headers, render.MARKDOWN)
 
 
 def header(session: Session, views: list[CaseView]) -> list[str]:
@@ -223,7 +222,8 @@ def failures(views: list[CaseView], plot_links: dict[str, str]) -> list[str]:
         record = v.record
         if record.get("reason"):
             lines += [f"> {md_escape(record['reason'])}", ""]
-        lines += _crash_lines(record) + _loss_lines(record) + _gradient_lines(record)
+        lines += (_crash_lines(record) + loss_markdown(section(record, "loss"))
+                  + gradient_markdown(section(record, "gradients")))
         if v.name in plot_links:
             lines += [f"![gradient error of {v.name}]({plot_links[v.name]})", ""]
         lines += _log_lines(record)
@@ -244,52 +244,6 @@ def _crash_lines(record: dict) -> list[str]:
     if record.get("failing_rank") is not None:
         parts.append(f"rank {record['failing_rank']} failed first")
     return [f"- **run**: {', '.join(parts)}", ""] if parts else []
-
-
-def _loss_lines(record: dict) -> list[str]:
-    loss = section(record, "loss")
-    if not loss or loss.get("ok") is not False:
-        return []
-    text = (f"- **loss**: first diverging step **{loss.get('first_diverging_step')}**; "
-            f"{loss.get('mismatched')} of {loss.get('compared')} steps out of tolerance "
-            f"({tolerance_text(section(loss, 'tolerance'))}); max |Δ| {g(loss.get('max_abs_diff'))}")
-    extra = []
-    for key, what in (("nonfinite_steps", "NaN / inf at step(s)"),
-                      ("missing_steps", "no loss recorded for step(s)"),
-                      ("extra_steps", "steps the reference lacks")):
-        if loss.get(key):
-            extra.append(f"{what} {', '.join(map(str, loss[key][:10]))}")
-    return [text + ("; " + "; ".join(extra) if extra else ""), ""]
-
-
-def _gradient_lines(record: dict) -> list[str]:
-    grads = section(record, "gradients")
-    if not grads or grads.get("ok") is not False:
-        return []
-    lines = [f"- **gradients**: {grads.get('mismatched')} of {grads.get('parameters')} parameters "
-             f"out of tolerance ({tolerance_text(section(grads, 'tolerance'))}); "
-             f"max |Δ| {g(grads.get('max_abs_diff'))}"]
-    for key, what in (("missing", "missing from the run"), ("extra", "not in the reference"),
-                      ("shape_errors", "shape changed")):
-        if grads.get(key):
-            names = ", ".join(f"`{n}`" for n in grads[key][:10])
-            lines.append(f"- **{len(grads[key])} {what}**: {names}"
-                         + (" …" if len(grads[key]) > 10 else ""))
-    worst = [w for w in grads.get("worst") or [] if isinstance(w, dict)]
-    if worst:
-        stages = sorted({str(w.get("stage")) for w in worst if w.get("mismatched")})
-        layers = sorted({str(w.get("layer")) for w in worst if w.get("mismatched")},
-                        key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x))
-        if stages:
-            lines.append(f"- **where**: stage(s) {', '.join(stages)}; layer(s) {', '.join(layers)}")
-        rows = [[f"`{w.get('name')}`", w.get("stage"), w.get("layer"),
-                 f"{w.get('mismatched')}/{w.get('elements')}", g(w.get("max_abs_diff")),
-                 w.get("worst_index"), g(w.get("worst_got"), 6), g(w.get("worst_ref"), 6)]
-                for w in worst]
-        lines += ["", "Worst parameters:", "",
-                  *table(rows, ["parameter", "stage", "layer", "mismatched", "max |Δ|", "at",
-                                "got", "ref"])]
-    return lines + [""]
 
 
 def _log_lines(record: dict) -> list[str]:
