@@ -17,6 +17,7 @@ HARNESS_OWNED = {
     "device": "use --harness-device",
     "output_dir": "the harness gives every run its own folder",
     "dump_gradients": "the harness dumps gradients when `compare.gradients` is true",
+    "dump_parameter_updates": "the harness dumps them when `compare.gradients` is true",
     "profile_layers": "not a precision-test setting",
 }
 assert set(HARNESS_OWNED) == {f.name for f in FLAGS if f.owner == "harness"}, \

@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
 from harness.compare.dumps import folder_bytes, settle_dumps
-from harness.compare.verdict import relative_thresholds
+from harness.compare.verdict import relative_thresholds, update_threshold
 from harness.launch import (
     CommandBackend,
     DeviceLeases,
@@ -188,6 +188,9 @@ class CaseRunner:
         waited = wait_for_checkpoint(flags, self.settings.timeout_s)
         if waited:
             return Outcome("skipped", waited)
+        updates = self.updates_flag(case, no_gradients)
+        if updates:  # what the run ends with is compared too (docs/harness_guide.md)
+            flags = {**flags, updates: str(out / "updates")}
         record.flags = flags  # what the run is launched with
         spec = LaunchSpec(
             case=case.name, model=case.model, flags=flags, world_size=case.world_size,
@@ -253,9 +256,21 @@ class CaseRunner:
             record.gradients = grads.to_dict()
             ok &= grads.ok
             lines += gradient_lines(grads)
+            reference_updates = reference.path / "updates"
+            if updates and reference_updates.is_dir():
+                changes = compare_gradients(out / "updates", reference_updates,
+                                            case.tolerances.gradients,
+                                            Locator.from_layout(layout, case.model),
+                                            relative=update_threshold(case.flags.get("dtype")))
+                record.gradients = {**record.gradients, "parameter_updates": changes.to_dict()}
+                ok &= changes.ok
+                lines += [line.replace("gradients", "parameter updates", 1)
+                          for line in gradient_lines(changes)]
         timings.compare_s = time.time() - t
         record.dumps = settle_dumps(spec.gradients_dir, bool(ok),
                                       getattr(self.settings, "keep_dumps", "failed"))
+        if updates:
+            settle_dumps(out / "updates", bool(ok), getattr(self.settings, "keep_dumps", "failed"))
         record.disk_bytes = folder_bytes(spec.output_dir)
         if ok:
             return Outcome("passed", "")
@@ -273,6 +288,13 @@ class CaseRunner:
                            self.settings.timeout_s, spec.log_dir / "launcher.stdout",
                            spec.log_dir / "launcher.stderr", cwd=self.backend.working_dir(spec))
 
+    def updates_flag(self, case: Case, no_gradients: str | None = None) -> str | None:
+        """The flag that makes the bundled trainer dump every parameter's change over the run
+        (compared like gradients) where gradients are compared; None for other trainers."""
+        if self.foreign or not case.compare.gradients or no_gradients:
+            return None
+        return "dump_parameter_updates"
+
     def gradients_unavailable(self, model: str, flags: dict) -> str | None:
         """Why this trainer cannot give comparable gradients for these flags, or None."""
         ask = getattr(self.backend, "gradients_unavailable", None)
@@ -287,6 +309,9 @@ class CaseRunner:
         world = case.reference_world_size
         # The process count is part of a trusted topology (dp is no flag of the bundled trainer).
         key_flags = flags if world == 1 else {**flags, "reference_world_size": world}
+        updates = self.updates_flag(case)
+        if updates:  # an entry built before parameter updates were dumped is not reused
+            key_flags = {**key_flags, updates: "<entry>/updates"}
         key = reference_key(case.model, {"checkpoint": checkpoint, "input_bin": input_bin},
                             key_flags, self.settings.device, self.backend.version())
         if self.settings.golden_dir is not None:
@@ -297,7 +322,8 @@ class CaseRunner:
             raise ReferenceError(failure.read_text())
 
         def build(folder: Path) -> dict:
-            spec = LaunchSpec(case="reference", model=case.model, flags=flags, world_size=world,
+            launched = {**flags, updates: str(folder / "updates")} if updates else flags
+            spec = LaunchSpec(case="reference", model=case.model, flags=launched, world_size=world,
                               checkpoint=checkpoint, input_bin=input_bin, output_dir=folder,
                               gradients_dir=folder / "gradients", log_dir=folder / "logs",
                               device=self.settings.device)

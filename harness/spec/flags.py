@@ -143,6 +143,9 @@ FLAGS: tuple[Flag, ...] = (
     # Output and extra work: the reference drops these.
     _f("dump_gradients", str, None, "write every parameter's gradient after the first step "
        "to this folder", "output", owner="harness"),
+    _f("dump_parameter_updates", str, None, "write every parameter's change over the run "
+       "(after the last step minus before the first) to this folder", "output",
+       trainers={HARNESS}, owner="harness"),
     _f("output_dir", str, None, "where the step records, run record and layout are written",
        "output", trainers={HARNESS}, owner="harness"),
     _f("profile_layers", str, None, "write per-layer forward/backward timings (JSON lines) "

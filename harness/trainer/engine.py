@@ -36,6 +36,10 @@ class Engine(Protocol):
         """(name, full gradient) of each parameter this rank writes in a gradient dump. Over all
         ranks every parameter is yielded exactly once, under its single-device name."""
 
+    def full_tensors(self, named: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+        """(name, tensor) pairs of this rank's parameters (same order on every rank of a TP
+        group) in their single-device form, for the ranks that write dumps; [] elsewhere."""
+
 
 def compute_dtype(name: str) -> torch.dtype:
     """The torch dtype of a --dtype value (flags.DTYPES)."""
@@ -98,3 +102,7 @@ class SingleDeviceEngine:
         for name, parameter in self.model.named_parameters():
             if parameter.grad is not None:
                 yield name, parameter.grad
+
+    def full_tensors(self, named: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+        """The single-device form of per-parameter tensors this rank writes in a dump."""
+        return list(named)

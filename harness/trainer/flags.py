@@ -52,6 +52,7 @@ class TrainerFlags:
     pipeline_model_parallel_layout: str | None = None
     pipeline_schedule: str | None = None
     dump_gradients: str | None = None
+    dump_parameter_updates: str | None = None
     output_dir: str | None = None
     profile_layers: str | None = None
 

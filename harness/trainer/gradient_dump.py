@@ -41,6 +41,22 @@ def write_gradients(
     return entries
 
 
+def parameter_tensors(parts, spec) -> list[tuple[str, "object"]]:
+    """Every parameter of these model parts under its single-device name, in a fixed order.
+    A tied parameter's alias (GPT-2's `lm_head.weight`) is listed too: a part holding both ends
+    has one Parameter for both, written under both names, so a run's parameter-update dump and
+    its reference's have the same files however the model is split (on a last pipeline stage
+    `lm_head.weight` is its own copy, which the optimizer must step like `wte.weight`)."""
+    out = []
+    for part in parts:
+        named = dict(part.named_parameters())
+        out += named.items()
+        for kept, alias in spec.tied_parameters:
+            if kept in named and alias not in named and getattr(part, "has_lm_head", False):
+                out.append((alias, named[kept]))
+    return out
+
+
 def write_manifest(directory: str | os.PathLike, entries: list[dict], step: int) -> None:
     names = [entry["name"] for entry in entries]
     duplicates = sorted({name for name in names if names.count(name) > 1})

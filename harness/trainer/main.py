@@ -194,6 +194,12 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
     )
     if rank == 0:
         print(layout, flush=True)
+    if flags.dump_parameter_updates:  # the values before the first step, to subtract at the end
+        from harness.spec.models import spec_for_config
+        from harness.trainer.gradient_dump import parameter_tensors
+
+        initial = [(name, p.detach().clone())
+                   for name, p in parameter_tensors(engine.parts, spec_for_config(config))]
 
     for step in range(1, flags.num_iteration + 1):
         started = time.perf_counter()
@@ -220,6 +226,9 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
             recorder.write_step(record)
             print(format_step_line(record, flags.num_iteration, mesh["dp"], mesh["tp"], mesh["pp"]),
                   flush=True)
+    if flags.dump_parameter_updates:
+        _dump_updates(flags.dump_parameter_updates, engine, config, initial, rank,
+                      flags.num_iteration, write_gradients, write_manifest)
     if parallel:
         import torch.distributed as dist
 
@@ -244,3 +253,24 @@ def _dump_gradients(directory, engine, rank, write_gradients, write_manifest) ->
         if rank != 0:
             return
     write_manifest(directory, entries, step=1)
+
+
+def _dump_updates(directory, engine, config, initial, rank, steps, write_gradients,
+                  write_manifest) -> None:
+    """`--dump_parameter_updates DIR`: every parameter's change over the run (final - initial),
+    written as a gradient dump is (full tensors, single-device names, one manifest)."""
+    from harness.spec.models import spec_for_config
+    from harness.trainer.gradient_dump import parameter_tensors
+
+    final = dict(parameter_tensors(engine.parts, spec_for_config(config)))
+    changes = [(name, final[name].detach() - before) for name, before in initial]
+    entries = write_gradients(directory, engine.full_tensors(changes), rank=rank)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        gathered: list = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, entries)
+        entries = [entry for rank_entries in gathered for entry in rank_entries]
+        if rank != 0:
+            return
+    write_manifest(directory, entries, step=steps)

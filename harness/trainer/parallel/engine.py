@@ -123,6 +123,17 @@ class ParallelEngine:
                     out.append((name, g))
         return iter(out)
 
+    def full_tensors(self, named: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+        """Per-parameter tensors (e.g. a parameter's change over the run) gathered like
+        gradients: collectives over the TP group, kept on dp rank 0 / tp rank 0 only."""
+        w = self.world
+        out = []
+        for name, tensor in named:
+            full = full_gradient(name, tensor, self.config, w.tp)
+            if w.dp_rank == 0 and w.tp_rank == 0:
+                out.append((name, full))
+        return out
+
 
 def tied_embedding(config, plan) -> bool:
     """Whether the model's tied parameters (ModelSpec.tied_parameters: GPT-2's wte and lm
