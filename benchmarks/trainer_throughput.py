@@ -65,6 +65,8 @@ def main() -> None:
     p.add_argument("--optimizer", default="adamw")
     p.add_argument("--threads", type=int, default=1,
                    help="OMP_NUM_THREADS for both sides on CPU (0: leave unset)")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the rows (and every round's figures) as JSON here")
     a = p.parse_args()
     if a.device == "cpu" and a.threads:
         ENV["OMP_NUM_THREADS"] = str(a.threads)
@@ -73,6 +75,7 @@ def main() -> None:
     assets = ensure_assets(a.preset)
     tokens = a.batch_size * a.sequence_length * a.microbatches
     rows = []
+    records = []
     with tempfile.TemporaryDirectory() as tmp:
         for model in a.models:
             for dtype in a.dtypes:
@@ -99,10 +102,21 @@ def main() -> None:
                              f"{median(plain):.0f}", f"{median(ours) / median(plain):.3f}",
                              " ".join(f"{x:.3f}" for x in ratios),
                              "yes" if median(ours) / median(plain) >= 0.95 else "NO"])
+                records.append({"model": model, "dtype": dtype, "device": a.device,
+                                "tokens_per_step": tokens, "trainer_tokens_per_s": median(ours),
+                                "plain_tokens_per_s": median(plain),
+                                "ratio": median(ours) / median(plain),
+                                "trainer_rounds": ours, "plain_rounds": plain,
+                                "round_ratios": ratios})
     print()
     print(tabulate(rows, headers=["model", "dtype", "device", "tokens/step", "trainer tok/s",
                                   "plain tok/s", "ratio", "per-round ratios", ">= 0.95"],
                    disable_numparse=True))
+    if a.json:
+        Path(a.json).write_text(json.dumps(
+            {"device": a.device, "preset": a.preset, "steps": a.steps, "warmup": a.warmup,
+             "rounds": a.rounds, "threads": ENV.get("OMP_NUM_THREADS"), "rows": records},
+            indent=1) + "\n")
 
 
 if __name__ == "__main__":
