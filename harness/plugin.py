@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.cases import ConfigError, Overrides, load_config, read_tags
-from harness.cases.node_ids import case_names
+from harness.cases.node_ids import case_line, case_names
 from harness.results.location import DEFAULT_OUTPUT, env_output, record_last_session
 from harness.session_folder import new_session_dir
 
@@ -64,6 +64,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-keep-dumps", choices=("failed", "all", "none"), default="failed",
                     help="gradient dumps kept once diffed: failing cases' (default), all, none; "
                          "every parameter's summary stays in the record")
+    group.addoption("--harness-nnodes", type=int, default=1, metavar="N",
+                    help="the most nodes a case may span: one torchrun agent per node, joined "
+                         "by a c10d rendezvous; locally the nodes are agents on this machine "
+                         "(harness.launch.multinode; default 1)")
+    group.addoption("--harness-nproc-per-node", type=int, default=None, metavar="P",
+                    help="processes (devices) per node; a case of W ranks spans ceil(W / P) "
+                         "nodes (default: --gpus over --harness-nnodes; on Slurm --gpus)")
+    group.addoption("--harness-scheduler", choices=("local", "slurm"), default="local",
+                    help="where runs and reference builds go: local device leases (default) "
+                         "or one Slurm job each (docs/slurm.md)")
+    group.addoption("--harness-slurm-args", default="", metavar="ARGS",
+                    help="extra sbatch arguments for every job, e.g. "
+                         "'--partition=gpu --account=nightly'")
     group.addoption("--harness-reference-cache-max-gb", type=float, default=20.0, metavar="GB",
                     help="bound on the reference cache; least recently used entries are "
                          "evicted at session end (default 20; 0: no bound)")
@@ -250,6 +263,16 @@ class HarnessCaseItem(pytest.Item):
         return self.path, None, f"{self.case.name} ({self.case.source})"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skipped case's summary line points at the case in its config, not at this file."""
+    report = (yield).get_result()
+    if report.skipped and isinstance(item, HarnessCaseItem) and \
+            isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        line = case_line(item.path, item.case.tag, item.case.case_id)
+        report.longrepr = (str(item.path), line, report.longrepr[2])
+
+
 def _path_option(config: pytest.Config, name: str) -> Path | None:
     value = config.getoption(name)
     return Path(value).resolve() if value else None
@@ -257,6 +280,8 @@ def _path_option(config: pytest.Config, name: str) -> Path | None:
 
 def _runner(config: pytest.Config, harness_config):
     if _RUNNER not in config.stash:
+        import shlex
+
         from harness.runner import CaseRunner
         from harness.runner.devices import runner_settings
 
@@ -270,6 +295,10 @@ def _runner(config: pytest.Config, harness_config):
             golden_dir=_path_option(config, "--harness-golden"),
             golden_write_dir=_path_option(config, "--harness-golden-write"),
             golden_allow_mismatch=config.getoption("--harness-golden-allow-mismatch"),
+            nnodes=config.getoption("--harness-nnodes"),
+            nproc_per_node=config.getoption("--harness-nproc-per-node"),
+            scheduler=config.getoption("--harness-scheduler"),
+            slurm_args=tuple(shlex.split(config.getoption("--harness-slurm-args") or "")),
         )
         s["session_dir"].mkdir(parents=True, exist_ok=True)
         config.stash[_RUNNER] = CaseRunner(harness_config, settings)

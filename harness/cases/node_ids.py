@@ -3,6 +3,7 @@ controller learns the collected cases from its workers' node ids only."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -15,3 +16,16 @@ def case_names(nodeids, config_path: Path) -> list[str]:
                 and "::" not in name:
             names.append(name)
     return names
+
+
+def case_line(path: Path, tag: str, case_id: str) -> int | None:
+    """The 1-based line of a case's `"id": "<case_id>"` in its config file, the first after its
+    group's `"tag": "<tag>"` line (so pytest's skip lines point at the case, not the plugin)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    tag_at = next((i for i, line in enumerate(lines)
+                   if re.search(rf'"tag"\s*:\s*"{re.escape(tag)}"', line)), 0)
+    pattern = re.compile(rf'"id"\s*:\s*"{re.escape(case_id)}"')
+    return next((i + 1 for i in range(tag_at, len(lines)) if pattern.search(lines[i])), None)

@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m harness.trainer",
         description="Reference GPT-2 / LLaMA 3 trainer on llm.c files "
         "(launch with torchrun for pipeline, tensor and data parallelism).",
-        allow_abbrev=False,
+        allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     defaults = TrainerFlags()
     for field in fields(TrainerFlags):

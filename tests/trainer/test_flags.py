@@ -57,3 +57,11 @@ def test_total_batch_size_defaults_to_one_microbatch():
     flags = TrainerFlags(batch_size=3, sequence_length=8)
     assert flags.step_tokens == 24
     assert check_batch_arithmetic(flags, data_parallel=1) == 1
+
+
+def test_help_shows_every_flags_default(capsys):
+    with pytest.raises(SystemExit):
+        parse_flags(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "sequences per microbatch on each data-parallel rank (default: 4)" in text
+    assert "(default: float32)" in text and "(default: sgd)" in text
