@@ -227,6 +227,10 @@ class HarnessBackend:
         )
 
     def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
+        if (spec.log_dir / "ranks" / "node0").is_dir():  # one torchrun agent per node
+            from .multinode import node_rank_logs
+
+            return node_rank_logs(spec.log_dir)
         logs: dict[str, list[Path]] = {}
         for path in sorted((spec.log_dir / "ranks").glob("**/attempt_*/*/*.log")):
             logs.setdefault(path.parent.name, []).append(path)

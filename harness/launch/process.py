@@ -25,6 +25,9 @@ class ProcessResult:
     duration_s: float
     stdout: Path
     stderr: Path
+    # A launch-level fault in one line, over the exit code (a lost node, a cancelled or
+    # never-started scheduler job: harness.launch.multinode / harness.launch.slurm).
+    fault: str | None = None
 
     @property
     def ok(self) -> bool:

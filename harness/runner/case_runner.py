@@ -22,6 +22,7 @@ from harness.launch import (
     run_process,
 )
 from harness.launch.backends import read_jsonl
+from harness.launch.multinode import case_leases, launch_placed, placed, placement_problem
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 from harness.results.result_record import Logs, Reference, ResultRecord, Timings
 from harness.reference.golden import (
@@ -67,7 +68,8 @@ class CaseRunner:
         self.settings = settings
         self.backend = backend if backend is not None else make_backend(config)
         self.references = ReferenceCache(settings.reference_root)
-        self.leases = DeviceLeases(settings.lease_dir, settings.slots)
+        # Local slot locks; none under a scheduler (harness.launch.multinode).
+        self.leases = case_leases(settings)
         self._files: dict[str, tuple[Path, Path]] = {}
 
     # ------------------------------------------------------------------ inputs
@@ -123,6 +125,10 @@ class CaseRunner:
         if case.unsupported and not self.foreign:
             return (f"uses flag(s) {', '.join(case.unsupported)} that the harness trainer "
                     f"does not implement")
+        if placed(self.settings):  # over nodes or on a scheduler (harness.launch.multinode)
+            return (placement_problem(case.world_size, self.settings, self.foreign)
+                    or placement_problem(case.reference_world_size, self.settings, self.foreign,
+                                         "its reference topology"))
         if case.world_size > self.settings.slots:
             return (f"needs {case.world_size} devices (dp {case.dp} x tp {case.tp} x pp "
                     f"{case.pp}), but --gpus allows {self.settings.slots}")
@@ -281,6 +287,9 @@ class CaseRunner:
 
     def _launch(self, spec: LaunchSpec) -> ProcessResult:
         spec.log_dir.mkdir(parents=True, exist_ok=True)
+        result = launch_placed(self.backend, spec, self.settings)  # several nodes, or Slurm
+        if result is not None:
+            return result
         launch = getattr(self.backend, "launch", None)  # a backend that launches itself
         if launch is not None:
             return launch(spec, self.settings)

@@ -14,7 +14,9 @@ def runner_settings(session_dir: Path, reference_root: Path, worker: str, device
                     gpus: int | None, timeout_s: float, launcher: str = "torchrun",
                     keep_dumps: str = "failed", golden_dir: Path | None = None,
                     golden_write_dir: Path | None = None,
-                    golden_allow_mismatch: bool = False) -> Settings:
+                    golden_allow_mismatch: bool = False, nnodes: int = 1,
+                    nproc_per_node: int | None = None, scheduler: str = "local",
+                    slurm_args: tuple[str, ...] = ()) -> Settings:
     if device == "auto":
         device = "cuda" if cuda_count() else "cpu"
     if launcher == "auto":  # the zygote where it is measured and safe: CPU (docs/benchmarks.md)
@@ -30,6 +32,8 @@ def runner_settings(session_dir: Path, reference_root: Path, worker: str, device
         lease_dir=lease_dir, slots=slots, device=device, timeout_s=timeout_s, worker=worker,
         launcher=launcher, keep_dumps=keep_dumps, golden_dir=golden_dir,
         golden_write_dir=golden_write_dir, golden_allow_mismatch=golden_allow_mismatch,
+        nnodes=max(1, nnodes or 1), nproc_per_node=nproc_per_node, scheduler=scheduler,
+        slurm_args=tuple(slurm_args),
     )
 
 

@@ -16,7 +16,10 @@ TAIL_LINES = 25
 def crash_text(case: Case, spec: LaunchSpec, result: ProcessResult, failing: str | None,
                rank_logs: dict, timeout_s: float, what: str = "run",
                problem: str | None = None) -> str:
-    if problem and not result.timed_out:
+    fault = getattr(result, "fault", None)  # a lost node, a cancelled / never-started job
+    if fault:
+        reason = fault
+    elif problem and not result.timed_out:
         reason = problem if result.returncode == 0 else f"{problem} (exit code {result.returncode})"
     elif result.timed_out:
         reason = (f"timed out after {timeout_s:g} s (--harness-timeout); "

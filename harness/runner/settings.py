@@ -21,6 +21,13 @@ class Settings:
     golden_dir: Path | None = None  # compare against golden records here (harness.reference.golden)
     golden_write_dir: Path | None = None  # record the references used as golden records here
     golden_allow_mismatch: bool = False  # use a golden from another environment (recorded)
+    # Placement (harness.launch.multinode, harness.launch.slurm): the most nodes a case may
+    # span, processes per node (None: the slots over the nodes), where runs go (local | slurm)
+    # and the Slurm job's extra sbatch arguments.
+    nnodes: int = 1
+    nproc_per_node: int | None = None
+    scheduler: str = "local"
+    slurm_args: tuple[str, ...] = ()
 
 
 @dataclass

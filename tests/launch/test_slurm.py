@@ -1,0 +1,173 @@
+"""The Slurm scheduler (harness.launch.slurm) against a real one-node Slurm started here
+(tests/launch/slurm_cluster.py): faults reported as such with no job left behind, and cases
+end to end through `--harness-scheduler slurm` with the verdicts of local runs. Skipped, with
+the reason, where Slurm cannot start."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.launch import CommandBackend, LaunchSpec
+from harness.launch.multinode import NodePlan
+from harness.launch.slurm import SlurmScheduler, _exit_code, parse_job
+
+from .slurm_cluster import SlurmUnavailable, start_cluster
+
+
+def test_scontrol_lines_and_exit_codes_parse():
+    info = parse_job("JobId=7 JobName=harness:x JobState=NODE_FAIL Reason=NodeDown "
+                     "ExitCode=0:9 NodeList=n[1-2] TimeLimit=00:16:00")
+    assert info["JobState"] == "NODE_FAIL" and info["NodeList"] == "n[1-2]"
+    assert _exit_code("1:0") == 1 and _exit_code("0:9") == -9 and _exit_code("") is None
+
+
+def test_jobs_are_sized_from_the_case(tmp_path):
+    spec = _spec(tmp_path, "sized", world_size=16)
+    spec.device = "cuda"
+    argv = SlurmScheduler(900, 900, ("--partition=gpu",)).sbatch_argv(
+        spec, NodePlan(2, 8), tmp_path / "job.sh")
+    assert "--nodes=2" in argv and "--gpus-per-node=8" in argv and "--time=16" in argv
+    assert argv[-2:] == ["--partition=gpu", str(tmp_path / "job.sh")]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A one-node Slurm cluster for this module, or a skip naming why it cannot start."""
+    started = time.monotonic()
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    except SlurmUnavailable as error:
+        pytest.skip(f"slurm: {error}")
+    except OSError as error:
+        pytest.skip(f"slurm: cannot start the daemons: {error}")
+    cluster.started_s = time.monotonic() - started
+    yield cluster
+    cluster.stop()
+
+
+def _spec(tmp_path, name, world_size=1):
+    out = tmp_path / name
+    return LaunchSpec(case=f"slurm/fake/{name}", model="gpt2", flags={}, world_size=world_size,
+                      checkpoint=tmp_path / "c.bin", input_bin=tmp_path / "t.bin",
+                      output_dir=out, gradients_dir=None, log_dir=out / "logs")
+
+
+def _sleeper(seconds=120):
+    return CommandBackend(["{python}", "-c", f"import time; print('started', flush=True); "
+                           f"time.sleep({seconds})"], version="sleep")
+
+
+def _run(slurm, tmp_path, name, backend, during=None, **options):
+    scheduler = SlurmScheduler(**{"timeout_s": 60, "pending_timeout_s": 60, "poll_s": 0.3,
+                                  "env": slurm.env, **options})
+    spec = _spec(tmp_path, name)
+    if during is not None:
+        threading.Thread(target=during, args=(scheduler,), daemon=True).start()
+    result = scheduler.run(backend, spec, NodePlan(1, 1))
+    assert slurm.jobs() == [], f"job left behind: {slurm.jobs()}"
+    return scheduler, spec, result
+
+
+def _when_running(slurm, scheduler, action):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if scheduler.submitted and scheduler.job_info(scheduler.submitted[0]).get(
+                "JobState") == "RUNNING":
+            time.sleep(0.5)
+            action(scheduler.submitted[0])
+            return
+        time.sleep(0.2)
+
+
+def test_a_job_runs_and_its_output_comes_back(slurm, tmp_path):
+    backend = CommandBackend(["{python}", "-c", "import sys; print('hello from the job'); "
+                              "sys.exit(3)"], version="exit3")
+    _, spec, result = _run(slurm, tmp_path, "exit3", backend)
+    assert result.returncode == 3 and result.fault is None and not result.timed_out
+    assert "hello from the job" in result.stdout.read_text()
+    assert json.loads((spec.log_dir / "nodes.json").read_text())["slurm_job"]
+    assert result.argv[0] == sys.executable  # the command the node ran
+
+
+def test_a_job_pending_past_the_timeout_is_cancelled_and_reported(slurm, tmp_path):
+    _, _, result = _run(slurm, tmp_path, "held", _sleeper(), pending_timeout_s=3,
+                        extra_args=("--hold",))
+    assert result.fault and "never started: still PENDING (reason: JobHeldUser)" in result.fault
+    assert "it was cancelled" in result.fault and not result.ok
+
+
+def test_a_run_past_the_timeout_is_cancelled(slurm, tmp_path):
+    started = time.monotonic()
+    _, _, result = _run(slurm, tmp_path, "slow", _sleeper(), timeout_s=3)
+    assert result.timed_out and "was cancelled (scancel)" in result.fault
+    assert time.monotonic() - started < 45
+
+
+def test_a_job_cancelled_from_outside_is_reported_as_cancelled(slurm, tmp_path):
+    cancel = lambda s: _when_running(slurm, s, lambda job: slurm.run("scancel", job))  # noqa: E731
+    _, _, result = _run(slurm, tmp_path, "cancelled", _sleeper(), during=cancel)
+    assert "was cancelled (not by the harness" in result.fault and not result.ok
+
+
+def test_a_lost_node_is_reported_as_such(slurm, tmp_path):
+    def down(job):
+        slurm.run("scontrol", "update", f"nodename={slurm.node}", "state=down",
+                  "reason=harness-test-node-lost")
+
+    try:
+        _, _, result = _run(slurm, tmp_path, "lost", _sleeper(),
+                            during=lambda s: _when_running(slurm, s, down))
+    finally:
+        slurm.run("scontrol", "update", f"nodename={slurm.node}", "state=resume", check=False)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and slurm.run(
+                "sinfo", "-h", "-o", "%t", check=False).strip() not in ("idle", "mix"):
+            time.sleep(0.3)
+    assert result.fault and result.fault.startswith("node lost: Slurm job"), result.fault
+    assert "NODE_FAIL" in result.fault
+
+
+# ---------------------------------------------------------------------------- end to end
+
+@pytest.mark.slow
+def test_cases_run_through_slurm_with_the_local_verdicts(slurm, pytester, monkeypatch):
+    pytest.importorskip("harness.trainer.parallel.engine")
+    from tests.plugin.conftest import plugin_args
+
+    from .test_multinode import DEFAULTS, PLANTED
+
+    shim = pytester.mkdir("shim")
+    (shim / "sitecustomize.py").write_text(PLANTED)
+    cases = [{"id": "pp2", "args": {"pipeline_parallel": 2}},
+             {"id": "pp2-bug", "args": {"pipeline_parallel": 2}}]
+    (pytester.path / "cases.json").write_text(json.dumps({
+        "models": ["gpt2"], "defaults": DEFAULTS, "trainer": {"env": {"PYTHONPATH": str(shim)}},
+        "test_groups": [{"tag": "sl", "tests": cases}]}))
+    for name, value in slurm.env.items():
+        if name.startswith("SLURM"):
+            monkeypatch.setenv(name, value)
+    out = pytester.path / "out"
+    result = pytester.runpytest_subprocess(
+        *plugin_args(), "--harness-config", str(pytester.path / "cases.json"),
+        "--harness-output", str(out), "--harness-device", "cpu", "--gpus", "2",
+        "--harness-timeout", "300", "--harness-scheduler", "slurm", "-p", "no:cacheprovider",
+        timeout=900)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*sl/gpt2/pp2-bug: the run differs from the single-device reference*",
+        "*gradients: mismatched * parameters*"])
+    records = {r["name"]: r for r in map(json.loads, next(out.glob(
+        "sessions/*/results.jsonl")).read_text().splitlines())}
+    passed = records["sl/gpt2/pp2"]
+    assert passed["environment"]["world_size"] == 2 and sorted(passed["logs"]["ranks"]) == ["0", "1"]
+    logs = Path(passed["output_dir"]) / "logs"
+    assert json.loads((logs / "nodes.json").read_text())["slurm_job"]
+    reference = Path(passed["reference"]["path"]) / "logs"
+    assert (reference / "slurm-job").is_file()  # the reference was a job too
+    assert slurm.jobs() == []
