@@ -5,10 +5,10 @@
     errors.py        ConfigError and where in the file an error is
     build.py         variables, model files, assets, trainer
     expand.py        test groups -> (tag, case, model) Cases, tolerances and comparisons layered
-    args.py          a case's flags: defaults < group < case, owned and InfiniTrain-only flags
-    flags.py         the flag tables and each flag's typed value
-    world_size.py    world size (dp / nthread_per_process x tp x pp) and total-batch arithmetic
-    substitution.py  @VAR@
+    args.py          a case's flags: @VAR@ substitution, typed values from the flag table,
+                     defaults < group < case, owned flags refused, world size (dp /
+                     nthread_per_process x tp x pp) and total-batch arithmetic
+    node_ids.py      case names from pytest node ids
     config_types.py  the dataclasses: Compare, ModelFiles, TrainerSpec, Case, ... (Tolerance(s):
                      harness.spec.tolerance, re-exported here)
     schema.py        the JSON Schema

@@ -1,16 +1,137 @@
-"""A case's trainer flags: defaults < group defaults < case args, substituted and typed, with
-flags the harness owns refused."""
+"""A case's trainer flags, from the config's text to the values a run is launched with:
+@VAR@ substitution (text only, nothing is evaluated), each flag's typed value from the flag
+table (`harness.spec.flags`; a flag the table does not know is a foreign trainer's own, kept as
+written), defaults < group defaults < case args with the flags the harness owns refused, and
+the world size (dp, or InfiniTrain's `nthread_per_process`, x tp x pp) and total-batch
+arithmetic."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from difflib import get_close_matches
 from typing import Any
 
-from harness.spec.flags import FLAG_TABLE, HARNESS
+from harness.spec.flags import FLAG_TABLE, FLAGS, HARNESS, FlagError, expected, microbatches
 
-from .flags import HARNESS_OWNED, TRAINER_DEFAULTS, coerce
-from .substitution import substitute
-from .world_size import resolve_total_batch_size, world_size
+# ---------------------------------------------------------------------- the flag table's view
+
+# Flags the harness sets itself for every run, and what a config does instead.
+HARNESS_OWNED = {
+    "model": "list the model in `models`",
+    "llmc_filepath": "set `model_files.<model>.checkpoint`",
+    "input_bin": "set `model_files.<model>.input_bin`",
+    "device": "use --harness-device",
+    "output_dir": "the harness gives every run its own folder",
+    "dump_gradients": "the harness dumps gradients when `compare.gradients` is true",
+    "dump_parameter_updates": "the harness dumps them when `compare.gradients` is true",
+    "profile_layers": "not a precision-test setting",
+}
+assert set(HARNESS_OWNED) == {f.name for f in FLAGS if f.owner == "harness"}, \
+    "HARNESS_OWNED must name exactly the flag table's harness-owned flags"
+# The bundled trainer's defaults of the hyper-parameters every case resolves.
+TRAINER_DEFAULTS = {
+    name: FLAG_TABLE[name].default
+    for name in ("dtype", "batch_size", "sequence_length", "num_iteration", "learning_rate",
+                 "weight_decay", "optimizer", "seed", "tensor_parallel", "sequence_parallel",
+                 "pipeline_parallel", "virtual_pipeline_parallel")
+}
+
+
+def coerce(name: str, value: Any, fail) -> Any:
+    """The typed value of one flag (after substitution); a foreign flag's value as written."""
+    flag = FLAG_TABLE.get(name)
+    if flag is None:
+        return value
+    try:
+        return flag.check(value)
+    except FlagError:
+        pass
+    try:  # the right type, out of bounds?
+        replace(flag, minimum=None, value_range=None, choices=()).check(value)
+    except FlagError:
+        fail(f"{value!r} is not {_KIND[flag.type]}")
+    fail(f"{value!r} is not {expected(flag)}")
+
+
+_KIND = {int: "an integer", float: "a number", bool: "a boolean; expected true or false",
+         str: "a string"}
+
+
+# ---------------------------------------------------------------------- @VAR@ substitution
+
+_VAR = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)@")
+
+
+def substitute(value: Any, variables: dict, fail) -> Any:
+    """@VAR@ string substitution (no evaluation). A string that is exactly "@VAR@" takes the
+    variable's value with its JSON type, so "@BATCH@" can stand for a number."""
+    if not isinstance(value, str):
+        return value
+    whole = _VAR.fullmatch(value)
+    if whole:
+        name = whole.group(1)
+        _check_defined(name, value, variables, fail)
+        return variables[name]
+
+    def replace(match: re.Match) -> str:
+        name = match.group(1)
+        _check_defined(name, value, variables, fail)
+        item = variables[name]
+        return ("true" if item else "false") if isinstance(item, bool) else str(item)
+
+    return _VAR.sub(replace, value)
+
+
+def _check_defined(name: str, value: str, variables: dict, fail) -> None:
+    if name not in variables:
+        fail(f"undefined variable @{name}@ in {value!r}; defined: "
+             f"{', '.join(sorted(variables)) or 'none'}")
+
+
+# ---------------------------------------------------------------------- world size, batch
+
+def world_size(flags: dict[str, Any], data_parallel: tuple | None, nthreads: tuple | None,
+               failer) -> int:
+    """dp x tp x pp, or InfiniTrain's process count checked against tp x pp (and against dp
+    when both are given). `data_parallel` and `nthreads` are (value, location) or None."""
+    model_parallel = flags["tensor_parallel"] * flags["pipeline_parallel"]
+    if nthreads is not None:
+        world = nthreads[0]
+        if world % model_parallel:
+            failer(nthreads[1])(
+                f"{world} processes is not a multiple of tensor_parallel * pipeline_parallel = "
+                f"{flags['tensor_parallel']} * {flags['pipeline_parallel']} = {model_parallel}")
+        if data_parallel is not None and data_parallel[0] * model_parallel != world:
+            failer(data_parallel[1])(
+                f"data_parallel {data_parallel[0]} * tensor_parallel * pipeline_parallel "
+                f"{model_parallel} != nthread_per_process {world}")
+    else:
+        world = (data_parallel[0] if data_parallel else 1) * model_parallel
+    return world
+
+
+def resolve_total_batch_size(flags: dict[str, Any], world: int, location: list, failer) -> None:
+    """Default `total_batch_size` to one pass of every data-parallel rank, or refuse (at
+    `location`) one that the passes do not divide."""
+    dp = world // (flags["tensor_parallel"] * flags["pipeline_parallel"])
+    batch, sequence = flags["batch_size"], flags["sequence_length"]
+    if "total_batch_size" not in flags:
+        flags["total_batch_size"] = batch * sequence * dp  # one microbatch per rank
+        return
+    try:  # the arithmetic is the spec's, as the trainer checks it (trainer.flags)
+        microbatches(flags["total_batch_size"], batch, sequence, dp)
+    except FlagError:
+        pass
+    else:
+        return
+    # The config's wording: the field is named by `location`, not as a --flag.
+    failer(location)(
+        f"{flags['total_batch_size']} is not a multiple of batch_size * sequence_length * "
+        f"data-parallel size = {batch} * {sequence} * {dp} = {batch * sequence * dp}")
+
+
+# ---------------------------------------------------------------------- merging the layers
 
 # How close an unknown flag's name must be to a known one to be refused as a typo (difflib's
 # ratio: batch_sise / batch_size is 0.9; a foreign trainer's own names are far from ours).

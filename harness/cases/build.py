@@ -10,7 +10,7 @@ from harness.spec.models import MODEL_SPECS
 from .config_types import Assets, HarnessConfig, ModelFiles, Overrides, TrainerSpec
 from .errors import failer_for
 from .expand import expand_cases
-from .substitution import substitute
+from .args import substitute
 
 DEFAULT_MODELS = tuple(MODEL_SPECS)  # every registered model family
 

@@ -6,10 +6,7 @@ from __future__ import annotations
 from harness.spec.flags import DTYPES, FLAG_TABLE
 from harness.spec.tolerance import Tolerance, Tolerances
 
-from .args import resolve_args
-from .flags import coerce
-from .substitution import substitute
-from .world_size import world_size
+from .args import coerce, resolve_args, substitute, world_size
 from .config_types import Case, Compare
 
 # atol per dtype (InfiniTrain's loss thresholds); rtol 0 unless configured.
