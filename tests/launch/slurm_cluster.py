@@ -77,7 +77,7 @@ class Cluster:
 
 def ensure_installed() -> None:
     missing = [tool for tool in (*DAEMONS, "sbatch", "squeue", "scontrol", "scancel")
-               if not shutil.which(tool) and not Path("/usr/sbin", tool).exists()]
+               if not _have(tool)]
     if not missing:
         return
     if os.environ.get("HARNESS_SLURM_INSTALL", "1") == "0":
@@ -104,6 +104,10 @@ def ensure_installed() -> None:
             return
     raise SlurmUnavailable("apt-get install slurm-wlm munge failed: "
                            + (done.stderr.strip().splitlines() or ["?"])[-1])
+
+
+def _have(tool: str) -> bool:
+    return bool(shutil.which(tool)) or Path("/usr/sbin", tool).exists()
 
 
 def _free_ports(count: int) -> list[int]:

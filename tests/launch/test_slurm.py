@@ -36,6 +36,15 @@ def test_jobs_are_sized_from_the_case(tmp_path):
     assert argv[-2:] == ["--partition=gpu", str(tmp_path / "job.sh")]
 
 
+def test_without_slurm_the_reason_is_given(monkeypatch):
+    from . import slurm_cluster
+
+    monkeypatch.setattr(slurm_cluster, "_have", lambda tool: tool != "slurmctld")
+    monkeypatch.setenv("HARNESS_SLURM_INSTALL", "0")
+    with pytest.raises(SlurmUnavailable, match="slurmctld not installed"):
+        slurm_cluster.ensure_installed()
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     """A one-node Slurm cluster for this module, or a skip naming why it cannot start."""
