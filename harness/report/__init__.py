@@ -1,5 +1,26 @@
 """Markdown reports of harness sessions: `python -m harness.report` (see cli.py), plots, and
-the comparison of two sessions. Reads the plugin's results files (docs/results_format.md)."""
+the comparison of two sessions. Reads the plugin's results files (docs/results_format.md).
+
+Data (records in, facts out; no markdown):
+
+    reading.py                 one session's results, read without trusting them
+    case_view.py               CaseView per record (layout, parallelism, dtype, headline
+                               numbers), status counts, environment facts
+    session_diff.py            two sessions matched by case: status changes, speed, settings
+    throughput.py              layout groups: tokens/s of cases differing only in layout
+    noise.py                   is a throughput difference outside the timed steps' spread
+    values.py                  tolerant number reading and cell formats
+
+Writing (markdown, figures, files):
+
+    markdown.py                one session's markdown sections (header, summary, failures,
+                               cases, throughput, skipped, problems)
+    session_diff_markdown.py   the markdown of a session_diff: "Against session ..."
+    plots.py                   PNG figures beside the markdown
+    document.py                the report: sections in reading order, plots linked
+    cli.py                     `python -m harness.report`
+    artifacts.py               `python -m harness.report.artifacts`: failing cases' folders
+"""
 
 from .document import Report, build
 from .reading import NoResults, Session, latest_results, read_session, resolve

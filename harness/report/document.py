@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import plots, sections
-from .compare_sections import comparison as comparison_section
-from .comparison import compare
+from . import markdown, plots
+from .case_view import CaseView, view
 from .reading import Session
-from .summary import CaseView, view
+from .session_diff import compare
+from .session_diff_markdown import comparison as comparison_section
 from .throughput import layout_groups
 
 
@@ -32,21 +32,21 @@ def build(session: Session, path: Path, previous: Session | None = None,
     if with_plots:
         loss_links, grad_links = _plots(views, path, images)
 
-    lines = sections.header(session, views)
-    lines += sections.problems(session)
-    lines += sections.summary(views, session)
+    lines = markdown.header(session, views)
+    lines += markdown.problems(session)
+    lines += markdown.summary(views, session)
     if previous is not None:
         old = [view(r) for r in previous.records]
         lines += comparison_section(compare(old, views, previous.label, session.label,
                                             previous.header, session.header))
-    lines += sections.failures(views, grad_links)
-    lines += sections.cases_table(views)
-    lines += sections.throughput(layout_groups(views))
+    lines += markdown.failures(views, grad_links)
+    lines += markdown.cases_table(views)
+    lines += markdown.throughput(layout_groups(views))
     if loss_links:
         lines += ["## Loss against the reference", ""]
         for model, link in loss_links.items():
             lines += [f"![{model} loss per step]({link})", ""]
-    lines += sections.skipped(views)
+    lines += markdown.skipped(views)
     text = "\n".join(lines).rstrip() + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # before pyplot: no display on a CI runner
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from .summary import CaseView  # noqa: E402
+from .case_view import CaseView  # noqa: E402
 from .values import number, section  # noqa: E402
 
 _TINY = 1e-12  # a log axis cannot show an exact 0 difference

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .summary import LAYOUT_FLAGS, CaseView
+from .case_view import LAYOUT_FLAGS, CaseView
 from .values import section
 
 # Flags that name files or switch on recording: they do not change what is computed.

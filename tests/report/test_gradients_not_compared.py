@@ -1,7 +1,7 @@
 """A trainer that cannot give gradients (InfiniTrain's LLaMA 3, TP shards, resumed runs): the
 report says so with the reason, never a gradient number or margin."""
 
-from harness.report.sections import diff_cell, margin_cell
+from harness.report.markdown import diff_cell, margin_cell
 
 REASON = "not dumped by this trainer (its llama3 binary has no --dump_gradients)"
 
@@ -16,7 +16,7 @@ def test_gradients_not_compared_show_the_reason():
 
 
 def test_a_foreign_trainers_schedule_is_its_own_not_auto():
-    from harness.report.summary import view
+    from harness.report.case_view import view
 
     record = {"name": "basic/gpt2/6", "status": "passed", "parallel": {"pp": 8}, "flags": {},
               "layout": {}}

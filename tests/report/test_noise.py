@@ -4,9 +4,9 @@ names the session settings that differ."""
 from __future__ import annotations
 
 from harness.report import build, read_session
-from harness.report.comparison import compare, settings_differences
+from harness.report.case_view import view
 from harness.report.noise import NOT_JUDGED, WITHIN_NOISE, judge, relative_error, spread_text
-from harness.report.summary import view
+from harness.report.session_diff import compare, settings_differences
 
 from .records import case
 
@@ -39,7 +39,7 @@ def test_compare_calls_noise_within_noise_and_names_settings(tmp_path):
     assert result.settings == [("--gpus", "8", "2"), ("-n", "not given", "2")]
     assert settings_differences({}, {}, [{"device": "cpu"}], [{"device": "cuda"}]) == [
         ("device", "cpu", "cuda")]
-    from harness.report.compare_sections import comparison
+    from harness.report.session_diff_markdown import comparison
 
     text = "\n".join(comparison(result))
     assert "different settings**: --gpus 8 → 2; -n not given → 2" in text

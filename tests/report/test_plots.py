@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from harness.report.plots import gradient_bars, gradient_figure
-from harness.report.summary import view
+from harness.report.case_view import view
 
 from .records import diverged, passing_session
 
@@ -41,7 +41,7 @@ def test_sixteen_plus_runs_each_get_their_own_colour_and_marker(tmp_path):
     from matplotlib.colors import to_hex
 
     from harness.report.plots import loss_figure, series_styles
-    from harness.report.summary import view
+    from harness.report.case_view import view
 
     from .records import case
 

@@ -46,7 +46,7 @@ def test_case_table_cells(failing_report):
 
 def test_margin_cells_and_disk_kept():
     from harness.report.reading import Session
-    from harness.report.sections import disk_kept, margin_cell
+    from harness.report.markdown import disk_kept, margin_cell
 
     record = {"loss": {"relative": {"threshold": 1e-6, "worst": 2e-7, "worst_step": 3,
                                     "margin": 5.0, "ok": True}},

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from harness.report import build, read_session
-from harness.report.comparison import compare
-from harness.report.summary import view
+from harness.report.case_view import view
+from harness.report.session_diff import compare
 
 from .markdown import row
 from .records import failing_session, passing_session

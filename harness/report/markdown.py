@@ -8,8 +8,8 @@ from harness.compare import render
 from harness.compare.render import gradient_markdown, loss_markdown
 from harness.results.records import STATUSES
 
+from .case_view import CaseView, environment_facts, status_counts
 from .reading import Session
-from .summary import CaseView, environment_facts, status_counts
 from .throughput import LayoutGroup
 from .values import NA, g, md_escape, number, percent, section, tolerance_text, whole
 

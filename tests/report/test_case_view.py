@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.report.summary import is_uniform, short_layout, status_counts, view
+from harness.report.case_view import is_uniform, short_layout, status_counts, view
 from harness.report.throughput import layout_groups
 
 from .records import case, failing_session, passing_session

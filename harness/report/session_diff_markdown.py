@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .comparison import SPEED_THRESHOLD, Comparison
-from .sections import STATUS_MARK, table
+from .markdown import STATUS_MARK, table
+from .session_diff import SPEED_THRESHOLD, Comparison
 from .values import md_escape, percent, whole
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .case_view import CaseView
 from .noise import Judgement, judge
-from .summary import CaseView
 
 BAD = ("failed", "error")
 SPEED_THRESHOLD = 0.05  # and never under 5%: sessions apart in time see different machine load
