@@ -283,7 +283,7 @@ def _runner(config: pytest.Config, harness_config):
         import shlex
 
         from harness.runner import CaseRunner
-        from harness.runner.devices import runner_settings
+        from harness.runner.settings import runner_settings
 
         s = config.stash[_SETTINGS]
         settings = runner_settings(

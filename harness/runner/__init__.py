@@ -9,14 +9,13 @@ Per case, under the session folder:
         logs/launcher.stdout|stderr, logs/ranks/...   launcher and per-rank logs
 
     case_runner.py     CaseRunner: inputs, reference, lease, launch, diff
-    settings.py        Settings (what it is given), Outcome (what it returns)
+    settings.py        Settings (what it is given), Outcome (what it returns), runner_settings:
+                       the session's Settings from its options (device kind, slots, lease folder)
     record.py          the result record: start, layout, throughput
     planned_layout.py  the layout the flags ask for, before the run
     checkpoints.py     checkpoints a foreign trainer saves: announced, moved under the session,
                        waited for by the cases that resume from them
-    devices.py         the session's Settings from its options: device kind, slots, lease folder
     diagnosis.py       the failure text of a crashed, hung or differing run
-    steps_file.py      steps.jsonl written for a backend that only printed its steps
 """
 
 from .case_runner import CaseRunner, make_backend

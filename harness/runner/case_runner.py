@@ -31,6 +31,7 @@ from harness.reference.golden import (
     fingerprint_mismatch_text,
     mismatches,
 )
+from harness.spec.records import write_steps
 
 from .checkpoints import (
     announce_checkpoint,
@@ -42,7 +43,6 @@ from .diagnosis import crash_text, mismatch_text
 from .planned_layout import layout_from_flags, layout_problem, num_layers
 from .record import now, set_layout, start_record, throughput
 from .settings import Outcome, Settings
-from .steps_file import write_steps
 
 
 def make_backend(config: HarnessConfig):

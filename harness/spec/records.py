@@ -1,7 +1,8 @@
 """Machine-readable run records: what the harness reads instead of parsing log lines.
 
 The format both sides share (the trainer writes with RunRecorder, the harness reads with
-read_steps or writes steps.jsonl for a foreign trainer with STEP_FORMAT); torch-free. The
+read_steps or writes steps.jsonl for a foreign trainer that only printed its steps with
+write_steps); torch-free. The
 `environment` block of run.json is gathered by the trainer (harness.trainer.main.environment).
 
 Files under --output_dir, written by the one rank that reports the loss:
@@ -100,3 +101,9 @@ def read_steps(output_dir: str | os.PathLike) -> list[dict]:
             )
         records.append(record)
     return records
+
+
+def write_steps(path: Path, steps: list[dict]) -> None:
+    """steps.jsonl for a backend that printed its steps instead of writing them (reading goes
+    through harness.launch.backends.read_jsonl, which skips a half-written line)."""
+    path.write_text("".join(json.dumps({"format": STEP_FORMAT, **s}) + "\n" for s in steps))
