@@ -1,0 +1,97 @@
+"""harness.compare.diff and .locate: loss and gradient diffs, their text, the per-layer summary,
+parameter -> stage / layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.cases import Tolerance
+from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
+
+
+TOL = Tolerance(1e-5, 0.0)
+
+
+def steps(*losses):
+    return [{"step": i + 1, "loss": v} for i, v in enumerate(losses)]
+
+
+def test_loss_diff_counts_first_step_and_nan():
+    diff = compare_losses(steps(1.0, 2.0, float("nan"), 4.5), steps(1.0, 2.1, 3.0, 4.0), TOL)
+    assert diff.mismatched == [2, 3, 4] and diff.nonfinite == [3] and diff.first == (2, 2.0, 2.1)
+    text = "\n".join(loss_lines(diff))
+    assert "loss is not finite (NaN / inf) at step(s) 3" in text
+    assert "mismatched 3 of 4 steps (atol=1e-05 rtol=0); first diverging step 2" in text
+    short = compare_losses(steps(1.0), steps(1.0, 2.0), TOL)
+    assert short.missing == [2] and not short.ok
+    relative = compare_losses(steps(100.001), steps(100.0), Tolerance(0, 1e-4))
+    assert relative.ok  # |d| = 1e-3 <= 0 + 1e-4 * 100
+
+
+def dump(folder: Path, arrays: dict):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, value in arrays.items():
+        np.save(folder / f"{name}.npy", np.asarray(value, np.float32))
+
+
+def test_gradient_diff_locates_stage_and_layer(tmp_path):
+    ref = {"wte.weight": np.ones((2, 2)), "h.0.ln_1.weight": np.ones(3),
+           "h.6.mlp.c_fc.weight": np.ones((2, 2)), "ln_f.weight": np.ones(3)}
+    got = dict(ref)
+    got["h.6.mlp.c_fc.weight"] = np.array([[1, 1.5], [1, 1]])
+    got["wte.weight"] = np.array([[1, 1], [1, np.nan]])
+    del got["ln_f.weight"]
+    got["h.7.extra"] = np.ones(1)
+    dump(tmp_path / "ref", ref)
+    dump(tmp_path / "got", got)
+    layout = {"chunks": [[0, 0, 3], [1, 3, 8]]}
+    diff = compare_gradients(tmp_path / "got", tmp_path / "ref", TOL, Locator.from_layout(layout, "gpt2"))
+    assert diff.missing == ["ln_f.weight"] and diff.extra == ["h.7.extra"]
+    assert [d.name for d in diff.mismatched] == ["h.6.mlp.c_fc.weight", "wte.weight"]
+    worst = diff.worst()
+    assert worst[0].name == "wte.weight" and worst[0].nonfinite == 1  # NaN ranks first
+    fc = next(d for d in diff.diffs if d.name == "h.6.mlp.c_fc.weight")
+    assert (fc.stage, fc.layer, fc.mismatched, fc.worst_index) == ("1", "6", 1, (0, 1))
+    assert fc.max_abs_diff == pytest.approx(0.5)
+    text = "\n".join(gradient_lines(diff))
+    assert "mismatched 2 of 3 parameters (2 of 11 elements; atol=1e-05 rtol=0)" in text
+    assert "0+1 (tied embedding / lm head)" in text
+    assert "gradients: 1 missing from the run: ln_f.weight" in text
+    assert diff.to_dict()["per_layer"] == [  # every compared parameter, by layer in model order
+        {"layer": "embedding", "stage": "0+1", "max_abs_diff": 0.0, "mismatched": 1,
+         "parameters": 1},
+        {"layer": 0, "stage": "0", "max_abs_diff": 0.0, "mismatched": 0, "parameters": 1},
+        {"layer": 6, "stage": "1", "max_abs_diff": 0.5, "mismatched": 1, "parameters": 1}]
+
+
+def test_per_layer_groups_and_orders_parameters():
+    from harness.compare.diff import GradientDiff, ParameterDiff
+
+    def p(name, stage, stages, diff, bad=0):
+        return ParameterDiff(name, (1,), 1, bad, 0, diff, 0.0, (0,), 0.0, 0.0, stage=stage,
+                             stages=stages)
+
+    grads = GradientDiff(TOL, diffs=[
+        p("lm_head.weight", "1 (lm head)", (1,), 0.1),
+        p("h.10.mlp.c_fc.weight", "1", (1,), 0.2, 1), p("h.2.attn.c_attn.weight", "0", (0,), 0.3),
+        p("h.10.attn.c_proj.weight", "1", (1,), 0.4, 1),
+        p("ln_f.weight", "1 (final norm)", (1,), 0.0), p("wpe.weight", "0 (embedding)", (0,), 0.0),
+        p("odd.weight", "?", (), float("nan"))])
+    rows = grads.per_layer()
+    assert [(r["layer"], r["stage"]) for r in rows] == [
+        ("embedding", "0"), (2, "0"), (10, "1"), ("final_norm", "1"), ("head", "1"),
+        ("other", "?")]
+    assert rows[2] == {"layer": 10, "stage": "1", "max_abs_diff": 0.4, "mismatched": 2,
+                       "parameters": 2}
+    assert rows[-1]["max_abs_diff"] == "nan"  # JSON-safe, as every float in a record
+
+
+def test_locator_without_layout_and_llama_head():
+    loc = Locator.from_layout({"chunks": [[0, 0, 4], [1, 4, 4], [0, 4, 8], [1, 8, 8]]}, "llama3")
+    assert loc.locate("h.5.attn.c_attn.weight") == ("0", "5")
+    assert loc.locate("lm_head.weight") == ("1 (lm head)", "-")
+    assert loc.locate("wte.weight") == ("0 (embedding)", "-")
+    assert Locator.from_layout(None).locate("h.1.x") == ("?", "1")

@@ -1,0 +1,33 @@
+"""harness.launch.backends: command templates become argv lists; printed step lines parse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.launch import CommandBackend, LaunchSpec
+from harness.launch.backends import parse_step_lines
+
+
+def test_command_template_builds_argv_lists(tmp_path):
+    backend = CommandBackend(["{python}", "train.py", "--np={world_size}", "{flags}", "--out", "{output_dir}"],
+                             version="v1")
+    spec = LaunchSpec(case="t/gpt2/x", model="gpt2", flags={"pipeline_parallel": 2, "sequence_parallel": True},
+                      world_size=2, checkpoint=Path("c"), input_bin=Path("i"), output_dir=Path("o d"),
+                      gradients_dir=None, log_dir=tmp_path, port=1234)
+    assert backend.command(spec)[1:] == ["train.py", "--np=2", "--pipeline_parallel=2",
+                                         "--sequence_parallel=true", "--out", "o d"]
+    with pytest.raises(ValueError, match="unknown placeholder {nprocs}"):
+        CommandBackend(["run", "{nprocs}"])
+
+
+def test_step_lines_parse_infinitrain_format():
+    text = ("noise\nstep    1/2 | train loss 5.250158 | lr 1.00e-04 | (12.3 ms | 4150 tok/s | "
+            "peak used: 123 MB | DP=1, TP=1, PP=2)\n"
+            "step    2/2 | train loss nan | lr 1.00e-04 | (10.0 ms | 5000 tok/s | DP=1, TP=1, PP=2)\n")
+    parsed = parse_step_lines(text)
+    assert parsed[0] == {"step": 1, "loss": 5.250158, "lr": 1e-4, "step_time_ms": 12.3,
+                         "tokens_per_s": 4150.0, "peak_memory_mb": 123.0}
+    assert np.isnan(parsed[1]["loss"]) and parsed[1]["peak_memory_mb"] is None
