@@ -33,7 +33,7 @@ def test_shipped_schema_file_matches_the_code():
 
 def test_shipped_config_loads_with_the_layout_matrix():
     config = load_config(ROOT / "configs" / "test_config.json")
-    assert config.tags == ("basic", "pipeline_layout")
+    assert config.tags == ("basic", "pipeline_layout", "schedules")
     names = [c.name for c in config.cases]
     assert len(names) == len(set(names))
     layout = [c for c in config.cases if c.tag == "pipeline_layout"]
@@ -42,7 +42,10 @@ def test_shipped_config_loads_with_the_layout_matrix():
         for parallel in ("pp2-", "pp2-dp2-", "pp2-tp2-"):
             assert any(c.case_id.startswith(parallel) and kind in c.case_id for c in layout), (kind, parallel)
     assert max(c.world_size for c in config.cases) == 8
-    assert sum(c.world_size <= 4 for c in config.cases) >= 0.75 * len(config.cases)
+    # The layout matrix stays mostly small; the schedule matrix is mostly 8 devices (PP x DP x
+    # TP per schedule, nightly) and its CI cost is bounded in tests/plugin/test_coverage.py.
+    small = [c for c in config.cases if c.tag != "schedules"]
+    assert sum(c.world_size <= 4 for c in small) >= 0.75 * len(small)
     assert all(c.flags["num_iteration"] == 4 for c in config.cases)  # typed "@ITERATIONS@"
 
 

@@ -49,7 +49,7 @@ def test_triggers_runner_and_the_session():
     assert "pip install torch --index-url" in runs and "pip install -e '.[test]'" in runs
     assert re.search(r'pytest configs/test_config.json -m "\$MARKER" --gpus "\$GPUS" -n '
                      r'"\$WORKERS"', runs)
-    assert job["env"]["MARKER"].endswith("'pipeline_layout' }}")
+    assert job["env"]["MARKER"].endswith("'pipeline_layout or schedules' }}")
     assert "--harness-output" in runs
 
 
