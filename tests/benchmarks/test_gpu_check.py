@@ -138,10 +138,9 @@ def test_part_past_its_budget_is_killed_with_what_it_started(tmp_path):
             f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
             "time.sleep(600)\n")
     summary = {"parts": []}
-    started = time.time()
     part = gpu_check.run_part(summary, "sleeper", [sys.executable, "-c", code], 3.0,
                               tmp_path / "sleeper.log")
-    assert part["timed_out"] is True and time.time() - started < 3.0 + 2 * gpu_check.GRACE_S
+    assert part["timed_out"] is True  # how fast: benchmarks/timing_bounds.py
     grandchild = int(pid_file.read_text())
     for _ in range(50):
         if not Path(f"/proc/{grandchild}").exists() or \

@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import textwrap
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -79,9 +78,8 @@ def test_a_lost_node_is_reported_and_no_agent_is_left(tmp_path):
                 "time.sleep(120)"]
     lost = [sys.executable, "-c", "import os, signal, time; time.sleep(0.5); "
             "os.kill(os.getpid(), signal.SIGKILL)"]
-    started = time.monotonic()
+    # Stopped by the lost node, not the 60 s timeout (how fast: benchmarks/timing_bounds.py).
     result = run_agents([survivor, lost], [dict(os.environ)] * 2, 60, tmp_path, grace_s=1.0)
-    assert time.monotonic() - started < 20
     assert result.fault == ("node 1 lost: its torchrun agent was killed by SIGKILL; the other "
                             "agents were stopped")
     assert not result.ok and not result.timed_out

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+from harness.runner import checkpoints
 from harness.runner.checkpoints import (
     DONE,
     announce_checkpoint,
@@ -104,11 +105,12 @@ def test_skip_when_the_saver_did_not_write_that_step(tmp_path):
                       f"{saver['save']} did not write")
 
 
-def test_skip_at_once_when_no_case_announced_the_save_root(tmp_path):
+def test_skip_at_once_when_no_case_announced_the_save_root(tmp_path, monkeypatch):
     _, resumer = _flags(tmp_path)
-    started = time.monotonic()
+    polls = []
+    monkeypatch.setattr(checkpoints.time, "sleep", polls.append)  # at once: not one poll
     reason = wait_for_checkpoint(resumer, timeout_s=30, poll_s=5)
-    assert time.monotonic() - started < 1
+    assert polls == []
     assert reason.startswith(f"resumes from {resumer['load']}: no case of this session saved "
                              f"{tmp_path / 'ck' / 'run1'}")
 
@@ -136,7 +138,7 @@ def test_waits_while_announced_and_not_done(tmp_path):
         assert wait_for_checkpoint(resumer, timeout_s=10, poll_s=POLL) is None
     finally:
         thread.join()
-    assert 0.2 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 0.2  # it waited (the upper bound: benchmarks/)
 
 
 def test_waits_then_skips_when_the_saver_fails(tmp_path):
@@ -156,7 +158,7 @@ def test_times_out_with_a_reason(tmp_path):
     announce_checkpoint(saver)
     started = time.monotonic()
     reason = wait_for_checkpoint(resumer, timeout_s=0.1, poll_s=POLL)
-    assert 0.1 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 0.1  # it waited (the upper bound: benchmarks/)
     assert reason and reason.startswith(f"resumes from {resumer['load']}")
     # The saving case was announced, so the reason is the wait, not a missing case.
     assert "no case of this session" not in reason

@@ -50,7 +50,7 @@ def test_loss_forward_and_backward_are_timed_as_part_of_lm_head():
     assert head["backward_ms"] >= 2 * PAUSE_S * 1e3
 
 
-def test_without_a_slow_loss_lm_head_stays_small():
+def test_without_a_slow_loss_lm_head_is_timed():
+    # How small it stays (under PAUSE_S) is a wall-clock bound: benchmarks/timing_bounds.py.
     head = _lm_head_record()
-    assert 0 < head["forward_ms"] < PAUSE_S * 1e3
-    assert 0 < head["backward_ms"] < PAUSE_S * 1e3
+    assert head["forward_ms"] > 0 and head["backward_ms"] > 0
