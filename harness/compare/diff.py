@@ -124,13 +124,16 @@ class ParameterDiff:
     ref_norm: float = 0.0  # ||ref||_2
     got_norm: float = 0.0  # ||got||_2 (inf / nan where the run is not finite)
     diff_norm: float = 0.0  # ||got - ref||_2
+    resolution: float = 0.0  # per element: differences this small are rounding, not counted
 
     @property
     def relative_error(self) -> float:
-        """||got - ref|| / ||ref|| (inf where the run is not finite)."""
+        """||got - ref|| / ||ref|| (inf where the run is not finite), the difference less the
+        values' rounding (resolution * sqrt(elements))."""
         if self.nonfinite:
             return math.inf
-        return relative_error(self.diff_norm, self.ref_norm)
+        return relative_error(self.diff_norm, self.ref_norm,
+                              self.resolution * math.sqrt(self.elements))
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "elements": self.elements,
@@ -257,9 +260,10 @@ def gradient_names(directory: str | Path) -> list[str]:
 
 def compare_gradients(got_dir: str | Path, ref_dir: str | Path, tol: Tolerance,
                       locator: Locator | None = None,
-                      relative: float | None = None) -> GradientDiff:
+                      relative: float | None = None, resolution: float = 0.0) -> GradientDiff:
     """Every reference gradient file against the run's; `relative` is the scale-free threshold
-    on `||got - ref|| / ||ref||` per parameter (None: element-wise only)."""
+    on `||got - ref|| / ||ref||` per parameter (None: element-wise only); `resolution` the
+    per-element rounding of the values compared, not counted in it (parameter updates)."""
     got_dir, ref_dir = Path(got_dir), Path(ref_dir)
     got_names = set(gradient_names(got_dir)) if got_dir.is_dir() else set()
     ref_names = gradient_names(ref_dir)
@@ -279,6 +283,7 @@ def compare_gradients(got_dir: str | Path, ref_dir: str | Path, tol: Tolerance,
             diff.shape_errors.append(f"{name}: {error}")
             continue
         parameter = _parameter(name, stats)
+        parameter.resolution = resolution
         if locator is not None:
             parameter.stage, parameter.layer = locator.locate(name)
             parameter.stages = locator.stages(name)

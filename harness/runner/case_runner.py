@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
 from harness.compare.dumps import folder_bytes, settle_dumps
-from harness.compare.verdict import relative_thresholds, update_threshold
+from harness.compare.verdict import UPDATE_RESOLUTION, relative_thresholds, update_threshold
 from harness.launch import (
     CommandBackend,
     DeviceLeases,
@@ -267,7 +267,8 @@ class CaseRunner:
                 changes = compare_gradients(out / "updates", reference_updates,
                                             case.tolerances.gradients,
                                             Locator.from_layout(layout, case.model),
-                                            relative=update_threshold(case.flags.get("dtype")))
+                                            relative=update_threshold(case.flags.get("dtype")),
+                                            resolution=UPDATE_RESOLUTION)
                 record.gradients = {**record.gradients, "parameter_updates": changes.to_dict()}
                 ok &= changes.ok
                 lines += [line.replace("gradients", "parameter updates", 1)

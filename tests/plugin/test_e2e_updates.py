@@ -61,19 +61,20 @@ def test_an_optimizer_skipping_the_tied_head_is_located(pytester):
     assert record["loss"]["mismatched_steps"][:1] == [2] or record["loss"]["relative"]["ok"] is False
     updates = grads["parameter_updates"]
     # Later steps' gradients follow the wrong head, so other updates move too, but far less:
-    # the skipped parameter is the worst, at exactly 1 (no update at all).
+    # the skipped parameter is the worst, at 1 (no update at all) less the rounding floor.
     assert updates["relative"]["failed"][0] == "lm_head.weight"
     others = [p for p in updates["per_parameter"] if p["name"] != "lm_head.weight"]
     assert max(p["relative_error"] for p in others) < 0.5
     assert updates["relative"]["worst_parameter"] == "lm_head.weight"
     assert updates["relative"]["worst_stage"] == "1 (lm head)"
-    assert updates["relative"]["worst"] == 1.0  # no update at all
+    # no update at all: relative error 1, less the rounding floor (verdict.UPDATE_RESOLUTION)
+    assert 0.99 < updates["relative"]["worst"] <= 1.0
     worst = {w["name"]: w for w in updates["worst"]}
     assert worst["lm_head.weight"]["stage"] == "1 (lm head)" and worst["lm_head.weight"]["layer"] == "-"
     assert updates["parameters"] == 101  # 100 gradients + the head's own copy of wte
     result.stdout.fnmatch_lines([
         "*e2e/gpt2/pp2-skip-head: the run differs from the single-device reference*",
-        "*parameter updates (scale-free): worst ||got-ref||/||ref|| 1 at lm_head.weight "
+        "*parameter updates (scale-free): worst ||got-ref||/||ref|| 0.99* at lm_head.weight "
         "(stage 1 (lm head))*"])
 
 
