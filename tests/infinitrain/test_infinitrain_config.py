@@ -106,25 +106,30 @@ def test_every_case_of_infinitrains_config_is_compared_or_skipped_with_a_reason(
           f"gradients, {len(loss_only)} on loss only ({dict(reasons)}), {len(skipped)} skipped")
 
 
-@pytest.mark.parametrize("launch", ["threads", "infini_run"])
-def test_a_difference_planted_in_one_parameter_is_found_and_located(infinitrain, launch):
+# infini_run starts one process per device, each computing the stand-in's model: the 4-process
+# case alone keeps that launch mode's run short.
+@pytest.mark.parametrize("launch, cases", [("threads", "(6 or 7)"), ("infini_run", "7")])
+def test_a_difference_planted_in_one_parameter_is_found_and_located(infinitrain, launch, cases):
     root, build, var_args = infinitrain
     result, records = run_session(
         root, build, var_args, root / f"planted-{launch}", "-m", "basic", "-k",
-        "gpt2 and (6 or 7) and not bfloat16", "--infinitrain-launch", launch,
+        f"gpt2 and {cases} and not bfloat16", "--infinitrain-launch", launch,
         env={"STANDIN_PLANT": "transformer.h.5.mlp.c_fc.weight:1e-3"})
     output = result.stdout + result.stderr
     names = {r["name"]: r for r in records}
-    assert set(names) == {"basic/gpt2/6", "basic/gpt2/7"}, output[-3000:]
+    expected = {"basic/gpt2/6", "basic/gpt2/7"} if launch == "threads" else {"basic/gpt2/7"}
+    assert set(names) == expected, output[-3000:]
     for name, record in names.items():
         assert record["status"] == "failed", (name, output[-3000:])
         worst = record["gradients"]["worst"][0]
         assert worst["name"] == "transformer.h.5.mlp.c_fc.weight"
         assert worst["layer"] == "5"
-    # PP 8 over 8 layers: layer 5 is on stage 5; PP 4 x VPP 2: chunk 5 of 8 is on stage 1.
-    assert names["basic/gpt2/6"]["gradients"]["worst"][0]["stage"] == "5"
+    # PP 4 x VPP 2: chunk 5 of 8 is on stage 1; PP 8 over 8 layers: layer 5 is on stage 5.
     assert names["basic/gpt2/7"]["gradients"]["worst"][0]["stage"] == "1"
-    assert "transformer.h.5.mlp.c_fc.weight" in output and "stage 5" in output
+    assert "transformer.h.5.mlp.c_fc.weight" in output
+    if launch == "threads":
+        assert names["basic/gpt2/6"]["gradients"]["worst"][0]["stage"] == "5"
+        assert "stage 5" in output
 
 
 def test_a_crashing_rank_under_infini_run_is_a_crash_not_a_diff(infinitrain):

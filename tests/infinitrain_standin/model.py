@@ -202,7 +202,9 @@ class Model:
             k = W.shape[1] // tp
             y = None
             for r in range(tp):
-                part = self._r(x[:, r * k:(r + 1) * k] @ W[:, r * k:(r + 1) * k].T)
+                # contiguous shards: numpy's matmul falls back to a slow loop on strided ones
+                part = self._r(np.ascontiguousarray(x[:, r * k:(r + 1) * k])
+                               @ np.ascontiguousarray(W[:, r * k:(r + 1) * k]).T)
                 y = part if y is None else y + part
             return y
         return self._r(x @ W.T)
@@ -233,7 +235,7 @@ class Model:
             k = Wq.shape[0] // tp
             dx = None
             for r in range(tp):
-                part = dy[:, r * k:(r + 1) * k] @ Wq[r * k:(r + 1) * k]
+                part = np.ascontiguousarray(dy[:, r * k:(r + 1) * k]) @ Wq[r * k:(r + 1) * k]
                 dx = part if dx is None else dx + part
         else:
             dx = dy @ Wq
