@@ -173,21 +173,6 @@ def test_infinitrain_config_loads_and_maps_onto_our_flags():
         "batch_size": 40}
 
 
-def test_infinitrain_only_flags_skip_on_our_trainer_and_pass_through_a_command(tmp_path):
-    from harness.runner import CaseRunner, Settings
-
-    config = load_config(DATA / "infinitrain_test_config.json")
-    settings = Settings(session_id="s", session_dir=tmp_path, reference_root=tmp_path / "r",
-                        lease_dir=tmp_path / "l", slots=4, device="cpu", timeout_s=10)
-    runner = CaseRunner(config, settings)
-    cases = {c.name: c for c in config.cases}
-    assert runner.skip_reason(cases["zero/gpt2/3_zero2"]) == (
-        "uses flag(s) zero_stage that the harness trainer does not implement")
-    assert runner.skip_reason(cases["basic/gpt2/3"]) == (
-        "needs 8 devices (dp 8 x tp 1 x pp 1), but --gpus allows 4")
-    assert runner.skip_reason(cases["basic/gpt2/2"]) is None
-
-
 def test_a_foreign_flag_passes_through_as_written_and_stays_in_the_reference(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"test_groups": [{"tag": "t", "tests": [{"id": "a", "args": {
