@@ -12,8 +12,6 @@
     config_types.py  the dataclasses: Compare, ModelFiles, TrainerSpec, Case, ... (Tolerance(s):
                      harness.spec.tolerance, re-exported here)
     schema.py        the JSON Schema
-    coverage.py      the coverage table (schedule x parallelism x model x dtype), each case
-                     planned by the trainer's plan_parallel, into docs/coverage.md
 """
 
 from .config_types import (
