@@ -302,6 +302,9 @@ def _runner(config: pytest.Config, harness_config):
         )
         s["session_dir"].mkdir(parents=True, exist_ok=True)
         config.stash[_RUNNER] = CaseRunner(harness_config, settings)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and getattr(config, "workerinput", None) is None:
+            config.stash[_RUNNER].progress = lambda text: reporter.write_line(f"[harness] {text}")
     return config.stash[_RUNNER]
 
 

@@ -7,6 +7,7 @@ import math
 import shlex
 import time
 from pathlib import Path
+from typing import Callable
 
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
@@ -70,6 +71,9 @@ class CaseRunner:
         self.references = ReferenceCache(settings.reference_root)
         # Local slot locks; none under a scheduler (harness.launch.multinode).
         self.leases = case_leases(settings)
+        # Called with a line of text when something long starts (a reference build); the
+        # plugin prints it where a terminal shows it.
+        self.progress: Callable[[str], None] | None = None
         self._files: dict[str, tuple[Path, Path]] = {}
 
     # ------------------------------------------------------------------ inputs
@@ -332,6 +336,10 @@ class CaseRunner:
             raise ReferenceError(failure.read_text())
 
         def build(folder: Path) -> dict:
+            if self.progress is not None:  # the long silent part of a first session
+                where = "one device" if world == 1 else topology_text(case.reference_topology)
+                self.progress(f"building the reference of {case.name} ({where}; once per key, "
+                              f"then cached in {self.references.root})")
             launched = {**flags, updates: str(folder / "updates")} if updates else flags
             spec = LaunchSpec(case="reference", model=case.model, flags=launched, world_size=world,
                               checkpoint=checkpoint, input_bin=input_bin, output_dir=folder,

@@ -181,3 +181,15 @@ def test_xdist_leases_are_exclusive_and_reference_runs_once(pytester, harness_di
         assert len((records / "references.jsonl").read_text().splitlines()) == 2
     finally:
         del os.environ["FAKE_RECORD_DIR"]
+
+
+def test_a_reference_build_says_so_on_the_terminal(pytester, harness_dir):
+    """A first session's long silent part (reference builds) is announced, once per key."""
+    harness_dir(fake_config(OK))
+    result = pytester.runpytest(*harness_args(pytester, "--gpus", "2"))
+    result.assert_outcomes(passed=len(OK))
+    lines = [l for l in result.stdout.lines if l.startswith("[harness] building the reference")]
+    assert len(lines) == 1, result.stdout.str()
+    assert "(one device; once per key, then cached in " in lines[0]
+    again = pytester.runpytest(*harness_args(pytester, "--gpus", "2"))  # cached: nothing said
+    assert not [l for l in again.stdout.lines if l.startswith("[harness] building")]
