@@ -75,7 +75,10 @@ def test_the_config_is_infinitrains_own_file():
 
 def test_every_case_of_infinitrains_config_is_compared_or_skipped_with_a_reason(infinitrain):
     root, build, var_args = infinitrain
-    result, records = run_session(root, build, var_args, root / "all", "-n", "2")
+    # Two xdist workers, and 16 device slots so that both can hold an 8-device case at once
+    # (threads mode runs a case as one process: the slots are only leases here).
+    result, records = run_session(root, build, var_args, root / "all", "-n", "2",
+                                  "--gpus", "16")
     output = result.stdout + result.stderr
     assert len(records) == 104, output[-3000:]
     by_status = Counter(r["status"] for r in records)
