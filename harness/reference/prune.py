@@ -26,6 +26,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from harness.compare.dumps import folder_bytes
+
 from .cache import MARKER, last_used
 
 DEFAULT_MAX_GB = 20.0
@@ -38,17 +40,6 @@ class CacheEntry:
     bytes: int
     last_used: float  # epoch seconds
     model: str
-
-
-def _size(folder: Path) -> int:
-    total = 0
-    for path in folder.rglob("*"):
-        try:
-            if path.is_file() and not path.is_symlink():
-                total += path.stat().st_size
-        except OSError:
-            pass
-    return total
 
 
 def list_entries(root: str | os.PathLike) -> list[CacheEntry]:
@@ -64,7 +55,7 @@ def list_entries(root: str | os.PathLike) -> list[CacheEntry]:
             model = json.loads((path / MARKER).read_text())["key"]["model"]
         except (OSError, ValueError, KeyError, TypeError):
             model = "?"
-        entries.append(CacheEntry(path.name, path, _size(path), last_used(path), str(model)))
+        entries.append(CacheEntry(path.name, path, folder_bytes(path), last_used(path), str(model)))
     return sorted(entries, key=lambda e: (e.last_used, e.name))
 
 
