@@ -3,7 +3,8 @@
 Everything that can be refused is refused before any model is built: flags, checkpoint header,
 token file, layout and (with more than one process) the parallel configuration. Every rank
 reaches the same verdict from the same flags, so every rank exits non-zero and none waits on
-another; only rank 0 prints the message.
+another. Every rank prints the message: torchrun stops the remaining workers as soon as one
+exits, so a message printed by rank 0 alone can be lost when another rank exits first.
 """
 
 from __future__ import annotations
@@ -132,8 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tokens = read_tokens(flags.input_bin, vocab_size=config.vocab_size)
         _check_token_count(flags, len(tokens))
     except (FlagError, LayoutError, LlmcFormatError, FileNotFoundError) as error:
-        if rank == 0:
-            print(f"error: {error}", file=sys.stderr, flush=True)
+        where = f" (rank {rank} of {world_size})" if world_size > 1 else ""
+        print(f"error{where}: {error}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     return _train(flags, config, layout, tokens, microbatches, plan)
 
