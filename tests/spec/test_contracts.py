@@ -4,7 +4,11 @@
 (b) no module under harness/ outside harness/trainer/ imports harness.trainer, at module level,
     inside a function or under TYPE_CHECKING; naming it in a string (the launch command
     `python -m harness.trainer`, the zygote's preload list) is not an import;
-(c) harness.spec imports nothing from the rest of harness but harness.layout.
+(c) harness.spec imports nothing from the rest of harness but harness.layout;
+(d) harness/runner and harness/launch name the trainer otherwise only as the module string they
+    launch (`python -m harness.trainer`); the zygote also lists the submodules it preloads;
+(e) the harness-side packages, imported together in a fresh interpreter, load no torch and no
+    trainer module.
 
 The zygote (harness/launch/zygote*.py) pre-warms the trainer on purpose, but only by module-name
 strings (PRELOAD, HARNESS_ZYGOTE_ENTRY) handed to importlib.import_module inside the zygote
@@ -19,6 +23,7 @@ resolves them only when the trainer calls ``ModelSpec.build``.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +155,57 @@ def test_each_spec_module_loads_no_torch_and_no_other_harness_package(module):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[] [] []", f"{module}: torch loaded, torch tried, " \
                                                 f"other harness modules: {result.stdout}"
+
+
+# ------------------------------------------------------------------ (d) the launch string
+
+def _strings(path: Path) -> list[tuple[str, int]]:
+    """Every string constant but docstrings."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                    ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr)
+                  and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.value, n.lineno) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings]
+
+
+def test_runner_and_launch_name_the_trainer_only_as_the_launched_module():
+    named = []
+    for folder in ("runner", "launch"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for text, line in _strings(path):
+                for match in re.finditer(r"harness\.trainer(?:\.\w+)*", text):
+                    named.append(match.group(0))
+                    if path.parent.name == "launch" and path.name.startswith("zygote"):
+                        continue
+                    assert match.group(0) == TRAINER, (
+                        f"harness/{folder}/{path.name}:{line} names {match.group(0)}")
+    assert TRAINER in named  # the launch command: python -m harness.trainer
+
+
+def test_the_trainer_package_init_imports_nothing():
+    # So importing a harness.trainer module for the trainer itself runs no other trainer code.
+    tree = ast.parse((ROOT / "trainer" / "__init__.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+# ------------------------------------------------------------------ (e) the harness side at once
+
+HARNESS_SIDE = ["harness.spec", "harness.cases", "harness.layout", "harness.launch",
+                "harness.runner", "harness.compare", "harness.results", "harness.reference",
+                "harness.report", "harness.assets"]
+
+
+def test_harness_side_packages_load_no_torch_and_no_trainer():
+    code = _PROBE.replace("importlib.import_module(sys.argv[1])",
+                          "for name in sys.argv[1:]: importlib.import_module(name)")
+    code += "print(sorted(m for m in sys.modules if m.startswith('harness.trainer')))\n"
+    result = subprocess.run([sys.executable, "-c", code, *HARNESS_SIDE], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("[] [] "), f"torch loaded / tried: {lines[0]}"
+    assert lines[1] == "[]", f"trainer modules loaded: {lines[1]}"
