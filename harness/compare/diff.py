@@ -17,11 +17,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from harness.spec.tolerance import Tolerance  # any object with atol / rtol does
 
-from .fastdiff import FileStats, ShapeError, UnreadableError, diff_files, exact_stats
+from .fastdiff import FileStats, ShapeError, UnreadableError, diff_files
 from .locate import Locator, layer_of
 from .verdict import loss_relative_error, margin, passes, relative_error
 
@@ -297,11 +295,6 @@ def _parameter(name: str, s: FileStats) -> ParameterDiff:
         nonfinite=s.nonfinite, max_abs_diff=s.max_abs_diff, worst_excess=s.worst_excess,
         worst_index=s.worst_index, worst_got=s.worst_got, worst_ref=s.worst_ref,
         ref_norm=s.ref_norm, got_norm=s.got_norm, diff_norm=s.diff_norm)
-
-
-def _diff_arrays(name: str, got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> ParameterDiff:
-    """Two in-memory arrays, the float64 way (tests and benchmarks)."""
-    return _parameter(name, exact_stats(got, ref, tol.atol, tol.rtol))
 
 
 def _json_float(value: float):

@@ -27,7 +27,7 @@ class Locator:
                 chunks = tuple((int(s), int(a), int(b)) for s, a, b in layout["chunks"])
             except (TypeError, ValueError):
                 chunks = ()
-        spec = MODEL_SPECS.get(model) if isinstance(model, str) else None
+        spec = MODEL_SPECS.get(model)  # None for no model or one the registry lacks
         return cls(chunks, tied_embedding=bool(spec and spec.tied_parameters))
 
     def stages(self, name: str) -> tuple[int, ...]:

@@ -68,14 +68,24 @@ UPDATE_RELATIVE = {"float32": 1e-3, "bfloat16": 2e-2}
 UPDATE_RESOLUTION = 2 * 2.0**-23
 
 
+def _of_dtype(table: dict, dtype: str | None, what: str):
+    """`table`'s entry for a case's --dtype (None: the flag's default, float32). The config
+    loader admits only harness.spec.flags.DTYPES, so another name is a programming error: it is
+    refused, not quietly judged with another dtype's thresholds."""
+    key = dtype or "float32"
+    if key not in table:
+        raise ValueError(f"no {what} for --dtype {dtype!r}: expected one of {sorted(table)}")
+    return table[key]
+
+
 def update_threshold(dtype: str | None) -> float:
     """The scale-free threshold on ||got - ref|| / ||ref|| of each parameter's change."""
-    return UPDATE_RELATIVE.get(dtype or "float32", UPDATE_RELATIVE["float32"])
+    return _of_dtype(UPDATE_RELATIVE, dtype, "parameter-update threshold")
 
 
 def relative_thresholds(dtype: str | None) -> RelativeThresholds:
-    """The default thresholds of a dtype; float32's for an unknown one (the strictest)."""
-    return DEFAULT_RELATIVE.get(dtype or "float32", DEFAULT_RELATIVE["float32"])
+    """The default scale-free thresholds of a dtype (None: float32)."""
+    return _of_dtype(DEFAULT_RELATIVE, dtype, "scale-free thresholds")
 
 
 def relative_error(diff_norm: float, ref_norm: float, floor: float = 0.0) -> float:

@@ -31,6 +31,34 @@ def test_loss_diff_counts_first_step_and_nan():
     assert relative.ok  # |d| = 1e-3 <= 0 + 1e-4 * 100
 
 
+def test_loss_diff_record_exactly():
+    # Binary fractions, so each difference is exact: step 1 lies exactly at atol (passes), step
+    # 2 is missing (the steps after it are still compared), steps 3 and 4 are 2 x atol away
+    # with the same relative error (the worst is the first of them), step 5 is extra.
+    atol = 2.0**-10
+    ref = steps(10.0, 9.0, 8.0, 8.0)
+    got = [{"step": 1, "loss": 10.0 + atol}, {"step": 3, "loss": 8.0 + 2 * atol},
+           {"step": 4, "loss": 8.0 + 2 * atol}, {"step": 5, "loss": 7.0}]
+    diff = compare_losses(got, ref, Tolerance(atol, 0.0), relative=1e-3)
+    worst = 2 * atol / 8.0
+    assert diff.to_dict() == {
+        "tolerance": {"atol": atol, "rtol": 0.0}, "steps": 4, "compared": 3, "mismatched": 2,
+        "mismatched_steps": [3, 4], "nonfinite_steps": [], "missing_steps": [2],
+        "extra_steps": [5], "max_abs_diff": 2 * atol, "first_diverging_step": 3,
+        "elementwise_ok": False,
+        "relative": {"threshold": 1e-3, "worst": worst, "worst_step": 3,
+                     "margin": 1e-3 / worst, "ok": True},
+        "ok": False,
+    }
+    assert diff.first == (3, 8.0 + 2 * atol, 8.0)
+    at_atol = compare_losses(steps(10.0 + atol), steps(10.0), Tolerance(atol, 0.0))
+    assert at_atol.ok and at_atol.to_dict()["relative"] is None
+    over = compare_losses(steps(8.0 + 2 * atol), steps(8.0), Tolerance(atol, 0.0),
+                          relative=worst / 2)
+    assert over.relative_dict() == {"threshold": worst / 2, "worst": worst, "worst_step": 1,
+                                     "margin": 0.5, "ok": False}
+
+
 def dump(folder: Path, arrays: dict):
     folder.mkdir(parents=True, exist_ok=True)
     for name, value in arrays.items():
@@ -95,3 +123,11 @@ def test_locator_without_layout_and_llama_head():
     assert loc.locate("lm_head.weight") == ("1 (lm head)", "-")
     assert loc.locate("wte.weight") == ("0 (embedding)", "-")
     assert Locator.from_layout(None).locate("h.1.x") == ("?", "1")
+    # a recorded layout that is not [[stage, start, end], ...] locates nothing, and raises nothing
+    for broken in ({"chunks": [[0, "a", 2]]}, {"chunks": [[0, 1]]}, {"chunks": "0:0-2"}):
+        loc = Locator.from_layout(broken, "gpt2")
+        assert loc.chunks == ()
+        assert loc.locate("h.1.x") == ("?", "1") and loc.locate("lm_head.weight") == ("?", "-")
+    assert Locator.from_layout(None, "gpt2").tied_embedding is True
+    assert Locator.from_layout(None, "llama3").tied_embedding is False
+    assert Locator.from_layout(None, "mystery").tied_embedding is False

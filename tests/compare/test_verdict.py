@@ -13,7 +13,9 @@ import pytest
 
 from harness.cases import Tolerance
 from harness.compare import Locator, compare_gradients, compare_losses
-from harness.compare.verdict import margin, relative_error, relative_thresholds
+from harness.compare.verdict import (DEFAULT_RELATIVE, UPDATE_RELATIVE, margin, relative_error,
+                                     relative_thresholds, update_threshold)
+from harness.spec.flags import DTYPES
 
 FP32 = Tolerance(1e-5, 0.0)  # the element-wise default of float32 (InfiniTrain's)
 REL = relative_thresholds("float32")
@@ -143,3 +145,23 @@ def test_failure_text_names_the_scale_free_verdict(tmp_path):
                             relative=1e-6)
     assert "loss (scale-free): worst |got-ref|/max(|ref|,1) 0 at step 1, within" in \
         "\n".join(loss_lines(losses))
+
+
+def test_thresholds_by_dtype_exactly():
+    # Each dtype the config admits has its own thresholds; no dtype (the flag's default) is
+    # float32's; a name the loader would refuse is refused here too, never judged as float32.
+    assert set(DEFAULT_RELATIVE) == set(UPDATE_RELATIVE) == set(DTYPES)
+    assert relative_thresholds(None) == relative_thresholds("float32")
+    assert (relative_thresholds("float32").loss, relative_thresholds("float32").gradients) == \
+        (1e-6, 1e-5)
+    assert (relative_thresholds("bfloat16").loss, relative_thresholds("bfloat16").gradients) == \
+        (1e-4, 2e-2)
+    assert relative_thresholds("bfloat16").to_dict() == {"loss": 1e-4, "gradients": 2e-2}
+    assert update_threshold(None) == update_threshold("float32") == 1e-3
+    assert update_threshold("bfloat16") == 2e-2
+    for lookup, what in ((relative_thresholds, "scale-free thresholds"),
+                         (update_threshold, "parameter-update threshold")):
+        with pytest.raises(ValueError) as error:
+            lookup("float16")
+        assert str(error.value) == (f"no {what} for --dtype 'float16': expected one of "
+                                    f"['bfloat16', 'float32']")
