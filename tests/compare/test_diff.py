@@ -131,3 +131,43 @@ def test_locator_without_layout_and_llama_head():
     assert Locator.from_layout(None, "gpt2").tied_embedding is True
     assert Locator.from_layout(None, "llama3").tied_embedding is False
     assert Locator.from_layout(None, "mystery").tied_embedding is False
+
+
+def test_gradient_diff_record_exactly(tmp_path):
+    # Binary fractions, so every norm and difference is exact. Layer 0 (stage 0) matches; layer
+    # 1's norm weight (stage 1) is off by 0.25 in one element (relative error 0.25: over the
+    # 0.1 threshold); the head (last stage only) is off by 2**-3 of a norm of 5 (0.025: under
+    # it, but an element-wise mismatch).
+    ref = {"h.0.ln_1.weight": [1.0, 1.0, 1.0, 1.0], "h.1.ln_1.weight": [0.5, 0.5, 0.5, 0.5],
+           "lm_head.weight": [[3.0, 4.0]]}
+    got = {**ref, "h.1.ln_1.weight": [0.75, 0.5, 0.5, 0.5], "lm_head.weight": [[3.0, 4.125]]}
+    dump(tmp_path / "ref", ref)
+    dump(tmp_path / "got", got)
+    locator = Locator.from_layout({"chunks": [[0, 0, 1], [1, 1, 2]]}, "llama3")
+    diff = compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(2.0**-10, 0.0),
+                             locator, relative=0.1)
+    by_name = {d.name: d for d in diff.diffs}
+    assert by_name["h.1.ln_1.weight"].to_dict() == {
+        "name": "h.1.ln_1.weight", "shape": [4], "elements": 4, "mismatched": 1, "nonfinite": 0,
+        "max_abs_diff": 0.25, "relative_error": 0.25, "worst_index": [0], "worst_got": 0.75,
+        "worst_ref": 0.5, "stage": "1", "layer": "1"}
+    assert by_name["h.1.ln_1.weight"].summary() == {
+        "name": "h.1.ln_1.weight", "ref_norm": 1.0, "got_norm": (0.75**2 + 3 * 0.25) ** 0.5,
+        "diff_norm": 0.25, "relative_error": 0.25, "max_abs_diff": 0.25, "mismatched": 1}
+    assert by_name["lm_head.weight"].to_dict()["stage"] == "1 (lm head)"
+    assert by_name["lm_head.weight"].to_dict()["worst_index"] == [0, 1]
+    assert diff.relative_dict() == {
+        "threshold": 0.1, "worst": 0.25, "worst_parameter": "h.1.ln_1.weight",
+        "worst_stage": "1", "margin": 0.4, "failed": ["h.1.ln_1.weight"], "ok": False}
+    record = diff.to_dict(worst=1)
+    assert [w["name"] for w in record["worst"]] == ["h.1.ln_1.weight"]  # the larger excess
+    assert (record["parameters"], record["mismatched"], record["elements"],
+            record["mismatched_elements"], record["max_abs_diff"]) == (3, 2, 10, 2, 0.25)
+    assert record["per_layer"] == [
+        {"layer": 0, "stage": "0", "max_abs_diff": 0.0, "mismatched": 0, "parameters": 1},
+        {"layer": 1, "stage": "1", "max_abs_diff": 0.25, "mismatched": 1, "parameters": 1},
+        {"layer": "head", "stage": "1", "max_abs_diff": 0.125, "mismatched": 1, "parameters": 1}]
+    assert [p["name"] for p in record["per_parameter"]] == sorted(ref)
+    assert record["elementwise_ok"] is False and record["ok"] is False
+    assert compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(1.0, 0.0),
+                             locator).relative_dict() is None
