@@ -1,0 +1,114 @@
+"""harness.runner.diagnosis: the failure text of a crashed, killed, hung or faulty run and of a
+mismatch, asserted line by line for every branch (which reason, which rank's logs, how many
+lines of each)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from harness.launch import LaunchSpec, ProcessResult
+from harness.runner.diagnosis import TAIL_LINES, crash_text, mismatch_text
+
+CASE = SimpleNamespace(name="basic/gpt2/pp2")  # crash_text reads only the name
+
+
+def _spec(tmp_path: Path, world_size: int = 2) -> LaunchSpec:
+    return LaunchSpec(case="basic/gpt2/pp2", model="gpt2", flags={}, world_size=world_size,
+                      checkpoint=tmp_path / "c.bin", input_bin=tmp_path / "t.bin",
+                      output_dir=tmp_path / "out", gradients_dir=None, log_dir=tmp_path / "logs")
+
+
+def _result(tmp_path: Path, returncode, timed_out=False, fault=None, launcher_lines=0):
+    out, err = tmp_path / "launcher.out", tmp_path / "launcher.err"
+    out.write_text("".join(f"out {i}\n" for i in range(launcher_lines)))
+    err.write_text("".join(f"err {i}\n" for i in range(launcher_lines)))
+    return ProcessResult(argv=("torchrun", "--nproc-per-node", "2", "-m", "harness.trainer"),
+                         returncode=returncode, timed_out=timed_out, duration_s=1.0,
+                         stdout=out, stderr=err, fault=fault)
+
+
+def _rank_logs(tmp_path: Path, lines: int = 40) -> dict:
+    logs = {}
+    for rank in ("0", "1"):
+        path = tmp_path / f"rank{rank}.log"
+        path.write_text("".join(f"rank {rank} line {i}\n" for i in range(lines)))
+        logs[rank] = [path]
+    return logs
+
+
+def _head(text: str) -> list[str]:
+    return text.splitlines()[:3]
+
+
+def test_first_failing_rank_shows_its_own_log_tail_only(tmp_path):
+    logs = _rank_logs(tmp_path)
+    text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, 1), "1", logs, 60)
+    assert _head(text) == [
+        "basic/gpt2/pp2: the run failed: rank 1 of 2 failed first; exit code 1",
+        "command: torchrun --nproc-per-node 2 -m harness.trainer",
+        f"launcher log: {tmp_path / 'launcher.out'}"]
+    lines = text.splitlines()[3:]
+    assert lines[0] == f"--- rank 1: {logs['1'][0]} (last lines) ---"
+    assert lines[1:] == [f"rank 1 line {i}" for i in range(40 - TAIL_LINES, 40)]
+
+
+def test_a_signal_is_named_and_an_unknown_one_numbered(tmp_path):
+    text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, -9), None, {}, 60)
+    assert text.splitlines()[0] == "basic/gpt2/pp2: the run failed: killed by signal SIGKILL"
+    text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, -200), None, {}, 60, what="reference")
+    assert text.splitlines()[0] == "basic/gpt2/pp2: the reference failed: killed by signal 200"
+
+
+def test_timeout_shows_six_lines_of_every_rank(tmp_path):
+    logs = _rank_logs(tmp_path)
+    text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, None, timed_out=True), None,
+                      logs, 90.5)
+    lines = text.splitlines()
+    assert lines[0] == ("basic/gpt2/pp2: the run failed: timed out after 90.5 s "
+                        "(--harness-timeout); every process of the run was killed")
+    assert lines[3:] == [f"--- rank 0: {logs['0'][0]} (last lines) ---",
+                         *[f"rank 0 line {i}" for i in range(34, 40)],
+                         f"--- rank 1: {logs['1'][0]} (last lines) ---",
+                         *[f"rank 1 line {i}" for i in range(34, 40)]]
+
+
+def test_a_problem_beside_exit_zero_or_a_code_and_a_fault_over_both(tmp_path):
+    logs = _rank_logs(tmp_path, lines=3)
+    spec = _spec(tmp_path)
+    text = crash_text(CASE, spec, _result(tmp_path, 0), None, logs, 60,
+                      problem="steps 3-4 missing")
+    assert text.splitlines()[0] == "basic/gpt2/pp2: the run failed: steps 3-4 missing"
+    assert f"--- rank 1: {logs['1'][0]} (last lines) ---" in text  # every rank, as for a hang
+    text = crash_text(CASE, spec, _result(tmp_path, 3), None, logs, 60, problem="F line")
+    assert text.splitlines()[0] == "basic/gpt2/pp2: the run failed: F line (exit code 3)"
+    text = crash_text(CASE, spec, _result(tmp_path, None, timed_out=True), None, logs, 60,
+                      problem="F line")
+    assert "timed out after 60 s" in text.splitlines()[0]  # the timeout wins over a problem
+    text = crash_text(CASE, spec, _result(tmp_path, 1, fault="node 1 lost"), "0", logs, 60,
+                      problem="F line")
+    assert text.splitlines()[0] == ("basic/gpt2/pp2: the run failed: rank 0 of 2 failed first; "
+                                    "node 1 lost")
+
+
+def test_without_rank_logs_the_launcher_tails_are_shown(tmp_path):
+    result = _result(tmp_path, 1, launcher_lines=30)
+    text = crash_text(CASE, _spec(tmp_path), result, None, {}, 60)
+    assert text.splitlines()[3:] == [
+        f"--- {result.stderr} (last lines) ---", *[f"err {i}" for i in range(5, 30)],
+        f"--- {result.stdout} (last lines) ---", *[f"out {i}" for i in range(5, 30)]]
+    # empty rank logs count as none
+    empty = tmp_path / "empty.log"
+    empty.write_text("\n")
+    text = crash_text(CASE, _spec(tmp_path), result, "1", {"1": [empty]}, 60)
+    assert f"--- {result.stderr} (last lines) ---" in text and "--- rank 1" not in text
+
+
+def test_mismatch_text_indents_the_diff_under_a_header_then_where_to_look(tmp_path):
+    text = mismatch_text(CASE, ["losses: mismatched 1 of 4 steps", "gradients:\n  h.1: 0.25"],
+                         tmp_path / "run", tmp_path / "ref", ["torchrun", "a b"])
+    assert text.splitlines() == [
+        "basic/gpt2/pp2: the run differs from the single-device reference",
+        "  losses: mismatched 1 of 4 steps", "  gradients:", "    h.1: 0.25",
+        f"run folder: {tmp_path / 'run'}", f"reference: {tmp_path / 'ref'}",
+        "command: torchrun 'a b'"]
