@@ -23,7 +23,7 @@ def _result(tmp_path: Path, returncode, timed_out=False, fault=None, launcher_li
     out, err = tmp_path / "launcher.out", tmp_path / "launcher.err"
     out.write_text("".join(f"out {i}\n" for i in range(launcher_lines)))
     err.write_text("".join(f"err {i}\n" for i in range(launcher_lines)))
-    return ProcessResult(argv=("torchrun", "--nproc-per-node", "2", "-m", "harness.trainer"),
+    return ProcessResult(argv=("launcher", "--nproc-per-node", "2", "-m", "harness.trainer"),
                          returncode=returncode, timed_out=timed_out, duration_s=1.0,
                          stdout=out, stderr=err, fault=fault)
 
@@ -46,7 +46,7 @@ def test_first_failing_rank_shows_its_own_log_tail_only(tmp_path):
     text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, 1), "1", logs, 60)
     assert _head(text) == [
         "basic/gpt2/pp2: the run failed: rank 1 of 2 failed first; exit code 1",
-        "command: torchrun --nproc-per-node 2 -m harness.trainer",
+        "command: launcher --nproc-per-node 2 -m harness.trainer",
         f"launcher log: {tmp_path / 'launcher.out'}"]
     lines = text.splitlines()[3:]
     assert lines[0] == f"--- rank 1: {logs['1'][0]} (last lines) ---"
@@ -106,9 +106,9 @@ def test_without_rank_logs_the_launcher_tails_are_shown(tmp_path):
 
 def test_mismatch_text_indents_the_diff_under_a_header_then_where_to_look(tmp_path):
     text = mismatch_text(CASE, ["losses: mismatched 1 of 4 steps", "gradients:\n  h.1: 0.25"],
-                         tmp_path / "run", tmp_path / "ref", ["torchrun", "a b"])
+                         tmp_path / "run", tmp_path / "ref", ["launcher", "a b"])
     assert text.splitlines() == [
         "basic/gpt2/pp2: the run differs from the single-device reference",
         "  losses: mismatched 1 of 4 steps", "  gradients:", "    h.1: 0.25",
         f"run folder: {tmp_path / 'run'}", f"reference: {tmp_path / 'ref'}",
-        "command: torchrun 'a b'"]
+        "command: launcher 'a b'"]
