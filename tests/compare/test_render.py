@@ -31,3 +31,108 @@ def test_text_and_markdown_share_the_worst_parameters(tmp_path):
 
 def test_markdown_cells_are_escaped():
     assert table([["a|b", "x\ny"]], ["h|1", "h2"], MARKDOWN)[2] == "| a\\|b   | x y  |"
+
+
+# ------------------------------------------------------------------ exact text, line by line
+
+from harness.compare import compare_losses, loss_lines  # noqa: E402
+from harness.compare.render import (NA, g, loss_markdown, number,  # noqa: E402
+                                    tolerance_text)
+
+
+def _steps(*losses):
+    return [{"step": i + 1, "loss": v} for i, v in enumerate(losses)]
+
+
+def test_cells_numbers_and_tolerances():
+    assert [number(v) for v in (2, 2.5, "nan", "inf", "x", True, None, [1])][:2] == [2.0, 2.5]
+    assert [number(v) for v in ("x", True, None, [1])] == [None] * 4
+    assert [g(v) for v in (0.000123456, "nan", "inf", "-inf", None, "junk")] == \
+        ["0.000123", "NaN", "inf", "-inf", NA, NA]
+    assert g(3.14159265, 6) == "3.14159"
+    assert tolerance_text({"atol": 1e-5, "rtol": 0}) == "atol 1e-05, rtol 0"
+    assert tolerance_text({"atol": 1e-5}) == "atol 1e-05, rtol 0"
+    assert tolerance_text({"rtol": 1e-3}) == NA and tolerance_text(None) == NA
+
+
+def test_loss_lines_every_kind_of_difference():
+    ref = _steps(*[10.0] * 14)
+    got = [{"step": s, "loss": float("nan") if s > 1 else 10.5} for s in range(1, 13)] + \
+        [{"step": 15, "loss": 1.0}]
+    diff = compare_losses(got, ref, Tolerance(1e-5, 0.0), relative=1e-6)
+    assert loss_lines(diff) == [
+        "loss is not finite (NaN / inf) at step(s) 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 ...",
+        "the run recorded no loss for step(s) 13, 14 of the reference's 14",
+        "the run recorded step(s) 15 the reference does not have",
+        "loss: mismatched 12 of 12 steps (atol=1e-05 rtol=0); first diverging step 1: "
+        "got 10.5, reference 10, |diff| 0.5",
+        "loss (scale-free): worst |got-ref|/max(|ref|,1) inf at step 2, OVER the threshold "
+        "1e-06 (margin 0x)"]
+    ok = compare_losses(_steps(10.0, 9.0), _steps(10.0, 9.0 + 2**-20), Tolerance(1e-5, 0.0),
+                        relative=1e-6)
+    assert loss_lines(ok) == [
+        "loss: 2 of 2 steps within atol=1e-05 rtol=0 (max |diff| 9.53674e-07)",
+        "loss (scale-free): worst |got-ref|/max(|ref|,1) 1.05964e-07 at step 2, within the "
+        "threshold 1e-06 (margin 9.43718x)"]
+    assert loss_lines(compare_losses([], _steps(1.0), Tolerance(1e-5, 0.0), relative=1e-6)) == [
+        "the run recorded no loss for step(s) 1 of the reference's 1"]
+
+
+def test_gradient_lines_element_wise_and_scale_free(tmp_path):
+    ref = {"h.0.mlp.c_fc.weight": [0.5, 0.5, 0.5, 0.5], "h.1.mlp.c_fc.weight": [1.0, 1.0],
+           "wpe.weight": [2.0]}
+    got = {"h.0.mlp.c_fc.weight": [0.75, 0.5, 0.5, float("nan")],
+           "h.1.mlp.c_fc.weight": [1.0, 1.0], "wte.weight": [1.0]}
+    _dump(tmp_path / "ref", ref)
+    _dump(tmp_path / "got", got)
+    from harness.compare import Locator
+
+    loc = Locator.from_layout({"chunks": [[0, 0, 1], [1, 1, 2]]}, "gpt2")
+    diff = compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(1e-5, 0.0), loc,
+                             relative=1e-5)
+    lines = gradient_lines(diff)
+    assert lines[:3] == [
+        "gradients: 1 missing from the run: wpe.weight",
+        "gradients: 1 not in the reference: wte.weight",
+        "gradients: mismatched 1 of 2 parameters (2 of 6 elements; atol=1e-05 rtol=0); "
+        "1 elements are NaN / inf in the run"]
+    assert lines[3].splitlines()[0] == "worst parameters:"
+    assert lines[3].splitlines()[3].split() == ["h.0.mlp.c_fc.weight", "0", "0", "2/4", "0.25",
+                                                "[3]", "nan", "0.5"]
+    assert lines[4] == ("gradients (scale-free): worst ||got-ref||/||ref|| inf at "
+                        "h.0.mlp.c_fc.weight (stage 0), threshold 1e-05, margin 0x: OVER the "
+                        "threshold in 1 of 2 parameters")
+    assert lines[5].splitlines()[0] == "worst parameters (scale-free):"
+    assert lines[5].splitlines()[3].split()[:4] == ["h.0.mlp.c_fc.weight", "0", "0", "inf"]
+    assert len(lines) == 6
+    fine = compare_gradients(tmp_path / "ref", tmp_path / "ref", Tolerance(1e-5, 0.0), loc,
+                             relative=1e-5)
+    assert gradient_lines(fine) == [
+        "gradients: 3 of 3 parameters within atol=1e-05 rtol=0 (max |diff| 0)",
+        "gradients (scale-free): worst ||got-ref||/||ref|| 0 at wpe.weight (stage 0 "
+        "(embedding)), threshold 1e-05, margin infx"]
+
+
+def test_markdown_of_failed_loss_and_gradients(tmp_path):
+    loss = compare_losses(_steps(10.5, float("nan")), _steps(10.0, 10.0, 10.0),
+                          Tolerance(1e-5, 0.0)).to_dict()
+    assert loss_markdown(loss) == [
+        "- **loss**: first diverging step **1**; 2 of 2 steps out of tolerance (atol 1e-05, "
+        "rtol 0); max |Δ| 0.5; NaN / inf at step(s) 2; no loss recorded for step(s) 3", ""]
+    assert loss_markdown({**loss, "ok": True}) == [] and loss_markdown({}) == []
+    _dump(tmp_path / "ref", {f"h.{i}.ln_1.weight": [1.0] for i in range(12)})
+    _dump(tmp_path / "got", {"h.11.ln_1.weight": [1.5]})
+    from harness.compare import Locator
+
+    loc = Locator.from_layout({"chunks": [[0, 0, 6], [1, 6, 12]]}, "gpt2")
+    grads = compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(1e-5, 0.0),
+                              loc).to_dict()
+    lines = gradient_markdown(grads)
+    assert lines[:4] == [
+        "- **gradients**: 1 of 12 parameters out of tolerance (atol 1e-05, rtol 0); max |Δ| 0.5",
+        "- **11 missing from the run**: `h.0.ln_1.weight`, `h.1.ln_1.weight`, "
+        "`h.10.ln_1.weight`, `h.2.ln_1.weight`, `h.3.ln_1.weight`, `h.4.ln_1.weight`, "
+        "`h.5.ln_1.weight`, `h.6.ln_1.weight`, `h.7.ln_1.weight`, `h.8.ln_1.weight` …",
+        "- **where**: stage(s) 1; layer(s) 11", ""]
+    assert lines[4:6] == ["Worst parameters:", ""] and lines[-1] == ""
+    assert gradient_markdown({**grads, "ok": None}) == []
