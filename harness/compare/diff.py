@@ -253,6 +253,8 @@ def _layer_rank(layer: int | str) -> tuple[int, int]:
 
 
 def gradient_names(directory: str | Path) -> list[str]:
+    """The parameter names of a dump folder; dot files are a writer's temporaries, not
+    parameters."""
     return sorted(p.name[:-4] for p in Path(directory).glob("*.npy") if not p.name.startswith("."))
 
 
@@ -263,7 +265,7 @@ def compare_gradients(got_dir: str | Path, ref_dir: str | Path, tol: Tolerance,
     on `||got - ref|| / ||ref||` per parameter (None: element-wise only); `resolution` the
     per-element rounding of the values compared, not counted in it (parameter updates)."""
     got_dir, ref_dir = Path(got_dir), Path(ref_dir)
-    got_names = set(gradient_names(got_dir)) if got_dir.is_dir() else set()
+    got_names = set(gradient_names(got_dir))  # none when the run wrote no folder
     ref_names = gradient_names(ref_dir)
     diff = GradientDiff(tolerance=tol, parameters=len(ref_names), relative_threshold=relative)
     diff.missing = [n for n in ref_names if n not in got_names]

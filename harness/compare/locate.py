@@ -64,12 +64,8 @@ FOREIGN_PREFIXES = ("module.", "transformer.")
 
 def canonical_name(name: str) -> str:
     """llm.c's name of a parameter another trainer names with a prefix."""
-    changed = True
-    while changed:
-        changed = False
-        for prefix in FOREIGN_PREFIXES:
-            if name.startswith(prefix):
-                name, changed = name[len(prefix):], True
+    while name.startswith(FOREIGN_PREFIXES):  # in any order: `module.transformer.h.0...`
+        name = name.partition(".")[2]  # every prefix is one dotted segment
     return name
 
 

@@ -171,3 +171,40 @@ def test_gradient_diff_record_exactly(tmp_path):
     assert record["elementwise_ok"] is False and record["ok"] is False
     assert compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(1.0, 0.0),
                              locator).relative_dict() is None
+    at = compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(1.0, 0.0), locator,
+                           relative=0.25)
+    assert at.relative_ok and at.ok  # exactly at the threshold passes
+
+
+def test_unreadable_and_reshaped_files_are_named_and_the_rest_still_compared(tmp_path):
+    ref = {"h.0.a.weight": [1.0, 1.0], "h.0.b.weight": [1.0, 1.0], "h.0.c.weight": [1.0, 1.0]}
+    dump(tmp_path / "ref", ref)
+    dump(tmp_path / "got", {"h.0.b.weight": [1.0, 1.0, 1.0], "h.0.c.weight": [1.0, 2.0]})
+    (tmp_path / "got" / "h.0.a.weight.npy").write_bytes(b"\x93NUMPY junk")
+    (tmp_path / "got" / ".h.0.d.weight.npy").write_bytes(b"a writer's temporary")
+    diff = compare_gradients(tmp_path / "got", tmp_path / "ref", TOL)
+    assert [e.split(":")[0] for e in diff.shape_errors] == ["h.0.a.weight", "h.0.b.weight"]
+    assert diff.shape_errors[0].startswith("h.0.a.weight: the run's gradient file cannot be read (")
+    assert "(3,)" in diff.shape_errors[1] and "(2,)" in diff.shape_errors[1]
+    assert [d.name for d in diff.diffs] == ["h.0.c.weight"] and diff.diffs[0].mismatched == 1
+    assert diff.extra == [] and diff.missing == [] and not diff.ok
+    nothing = compare_gradients(tmp_path / "no-such-run", tmp_path / "ref", TOL)
+    assert nothing.missing == sorted(ref) and nothing.diffs == []
+
+
+def test_locator_every_kind_of_name_on_every_kind_of_layout():
+    two = Locator.from_layout({"chunks": [[0, 0, 2], [1, 2, 4]]}, "gpt2")
+    assert two.locate("wte.weight") == ("0+1 (tied embedding / lm head)", "-")
+    assert two.locate("wpe.weight") == ("0 (embedding)", "-")
+    assert two.locate("ln_f.weight") == ("1 (final norm)", "-")
+    assert two.locate("something.else") == ("?", "-") and two.stages("something.else") == ()
+    # V-shaped (ZBV / DualPipeV): the last chunk is stage 0's again, so GPT-2's tied embedding
+    # has one home and the head is on stage 0, not on the second chunk's stage
+    v = Locator.from_layout({"chunks": [[0, 0, 1], [1, 1, 2], [1, 2, 3], [0, 3, 4]]}, "gpt2")
+    assert v.locate("wte.weight") == ("0 (embedding)", "-") and v.stages("wte.weight") == (0,)
+    assert v.locate("ln_f.weight") == ("0 (final norm)", "-")
+    assert v.locate("h.2.mlp.c_fc.weight") == ("1", "2")
+    # other trainers' prefixes, in any order and repeated
+    for name in ("transformer.h.3.attn.c_attn.weight", "module.transformer.h.3.attn.c_attn.weight",
+                 "transformer.module.h.3.attn.c_attn.weight"):
+        assert v.locate(name) == ("0", "3"), name

@@ -165,3 +165,9 @@ def test_thresholds_by_dtype_exactly():
             lookup("float16")
         assert str(error.value) == (f"no {what} for --dtype 'float16': expected one of "
                                     f"['bfloat16', 'float32']")
+
+
+def test_exactly_at_the_threshold_passes():
+    from harness.compare.verdict import passes
+
+    assert passes(0.25, 0.25) and not passes(0.25 + 2**-50, 0.25) and not passes(math.nan, 1.0)
