@@ -64,3 +64,78 @@ def test_empty_array(tmp_path):
     g, r = pair(tmp_path, np.zeros((0, 4)), np.zeros((0, 4)))
     stats = diff_files(g, r, 1e-5, 0.0)
     assert stats.elements == 0 and stats.worst_index == () and stats.diff_norm == 0.0
+
+
+def _oracle(got, ref, atol, rtol) -> dict:
+    """Every statistic, element by element in plain Python (the definitions, written apart)."""
+    g = [float(x) for x in np.asarray(got, np.float64).ravel()]
+    r = [float(x) for x in np.asarray(ref, np.float64).ravel()]
+    deltas = [abs(a - b) for a, b in zip(g, r)]
+    allowed = [atol + rtol * abs(b) for b in r]
+    excess = [d - al if np.isfinite(d) else np.inf for d, al in zip(deltas, allowed)]
+    worst = max(range(len(g)), key=lambda i: (excess[i], -i)) if g else 0
+    shape = np.shape(got)
+    finite = [d for d in deltas if np.isfinite(d)]
+    return {
+        "shape": tuple(shape), "elements": len(g),
+        "mismatched": sum(1 for d, al in zip(deltas, allowed) if not d <= al),
+        "nonfinite": sum(1 for a in g if not np.isfinite(a)),
+        "max_abs_diff": max(finite) if finite else 0.0,
+        "worst_excess": excess[worst] if g else 0.0,
+        "worst_index": tuple(int(i) for i in np.unravel_index(worst, shape)) if g else (),
+        "worst_got": g[worst] if g else 0.0, "worst_ref": r[worst] if g else 0.0,
+        "norms": [sum(x * x for x in v) ** 0.5 for v in (r, g, [a - b for a, b in zip(g, r)])],
+    }
+
+
+def _nan_equal(d: dict) -> dict:
+    return {k: "nan" if isinstance(v, float) and np.isnan(v) else v for k, v in d.items()}
+
+
+def _as_oracle(stats) -> dict:
+    out = {k: getattr(stats, k) for k in ("shape", "elements", "mismatched", "nonfinite",
+                                            "max_abs_diff", "worst_excess", "worst_index",
+                                            "worst_got", "worst_ref")}
+    out["norms"] = [stats.ref_norm, stats.got_norm, stats.diff_norm]
+    return out
+
+
+@pytest.mark.parametrize("kind", ["float64", "fortran", "nan", "inf", "ref_nan", "tie",
+                                  "scalar", "empty", "over_float32"])
+@pytest.mark.parametrize("atol,rtol", [(0.25, 0.0), (0.0, 0.5)])
+def test_every_statistic_against_the_definitions(tmp_path, kind, atol, rtol):
+    ref = np.array([[1.0, -2.0, 0.5], [4.0, 0.0, -0.25]])
+    got = ref + np.array([[0.5, 0.0, -1.0], [0.0, 0.125, 0.0]])
+    dtype, order = np.float32, "C"
+    if kind == "float64":
+        dtype = np.float64
+    elif kind == "fortran":
+        order = "F"
+    elif kind == "nan":
+        got[1, 0] = np.nan
+    elif kind == "inf":
+        got[0, 2] = -np.inf
+    elif kind == "ref_nan":
+        ref[0, 1] = np.nan
+    elif kind == "tie":
+        got = ref + np.array([[0.5, 0.0, 0.5], [0.0, 0.0, 0.0]])
+        ref[0, 2] = 1.0  # the same excess twice: the first is the worst
+        got[0, 2] = 1.5
+    elif kind == "scalar":
+        got, ref = np.array(3.0), np.array(2.0)
+    elif kind == "empty":
+        got, ref = np.zeros((0, 3)), np.zeros((0, 3))
+    elif kind == "over_float32":
+        got, ref = np.array([3e38, 1.0]), np.array([-3e38, 1.0])  # squares beyond float32
+    np.save(tmp_path / "g.npy", np.asarray(got, dtype, order=order))
+    np.save(tmp_path / "r.npy", np.asarray(ref, dtype, order=order))
+    g32 = np.load(tmp_path / "g.npy")
+    r32 = np.load(tmp_path / "r.npy")
+    want = _oracle(g32, r32, atol, rtol)
+    for stats in (diff_files(tmp_path / "g.npy", tmp_path / "r.npy", atol, rtol),
+                  exact_stats(g32, r32, atol, rtol)):
+        have = _as_oracle(stats)
+        norms, want_norms = have.pop("norms"), want["norms"]
+        assert _nan_equal(have) == _nan_equal({k: v for k, v in want.items() if k != "norms"}), kind
+        for a, b in zip(norms, want_norms):
+            assert (np.isnan(a) and np.isnan(b)) or a == pytest.approx(b, rel=1e-12), kind
