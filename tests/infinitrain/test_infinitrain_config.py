@@ -30,25 +30,34 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def infinitrain(tmp_path_factory):
-    """A stand-in build folder and the model files, as --harness-var options."""
+    """A stand-in build folder and the model files, as --harness-var options.
+
+    The stand-in computes InfiniTrain's configs at their own batch sizes (5,120 tokens a step,
+    up to 50 steps) in numpy, so the models are as small as the config's layouts allow: 8 layers
+    (PP 8, and PP 4 x VPP 2), 4 heads with 4 KV heads (TP 4: InfiniTrain refuses a KV-head
+    count TP does not divide, as LLaMA 3.2 1B's 8 KV heads pass), width 16 and a vocabulary of
+    128 (the token files are bytes of English text, < 128). That is about a third of the
+    tiny preset's arithmetic."""
     root = tmp_path_factory.mktemp("infinitrain")
     build = make_build_dir(root / "build")
     assets = ensure_assets("tiny")
-    # InfiniTrain refuses TP 4 on a model with 2 KV heads (n_kv_head % tp): the LLaMA 3 file
-    # gets 4 KV heads so the config's TP 4 cases run, as they do on LLaMA 3.2 1B (8 KV heads).
     from harness.assets.generate import init_weights
-    from harness.spec.models import LLaMA3Config
     from harness.spec.llmc.checkpoint import write_checkpoint
+    from harness.spec.models import GPT2Config, LLaMA3Config
 
-    config = LLaMA3Config(block_size=64, vocab_size=256, n_layer=8, n_head=4, n_kv_head=4,
-                          n_embd=32, ffn_dim_multiplier=1.0, multiple_of=32, norm_eps=1e-5,
-                          rope_theta=10000.0, use_scaled_rope=True)
-    llama3 = root / "llama3_kv4.bin"
-    write_checkpoint(llama3, config, init_weights(config, seed=0))
-    variables = {"GPT2_LLMC_FILEPATH": assets.checkpoint("gpt2"),
-                 "GPT2_INPUT_BIN": assets.tokens("gpt2", "train"),
-                 "LLAMA3_LLMC_FILEPATH": llama3,
-                 "LLAMA3_INPUT_BIN": assets.tokens("llama3", "train")}
+    configs = {
+        "gpt2": GPT2Config(block_size=64, vocab_size=128, n_layer=8, n_head=4, n_embd=16,
+                           padded_vocab_size=128),
+        "llama3": LLaMA3Config(block_size=64, vocab_size=128, n_layer=8, n_head=4, n_kv_head=4,
+                               n_embd=16, ffn_dim_multiplier=1.0, multiple_of=16, norm_eps=1e-5,
+                               rope_theta=10000.0, use_scaled_rope=True),
+    }
+    variables = {}
+    for model, config in configs.items():
+        path = root / f"{model}_micro.bin"
+        write_checkpoint(path, config, init_weights(config, seed=0))
+        variables[f"{model.upper()}_LLMC_FILEPATH"] = path
+        variables[f"{model.upper()}_INPUT_BIN"] = assets.tokens(model, "train")
     return root, build, [f"--harness-var={k}={v}" for k, v in variables.items()]
 
 

@@ -68,10 +68,13 @@ def records(pytester):
     return {r["name"]: r for r in map(json.loads, path.read_text().splitlines())}
 
 
-def test_small_tag_passes_through_torchrun(pytester):
+def test_a_pipeline_case_passes_through_torchrun(pytester):
+    # One case: torchrun's ~12 s start per process group is the cost; LLaMA 3 and TP through
+    # torchrun are tests/trainer/test_parallel_e2e.py's, the tag's other cases run under the
+    # zygote in configs/test_config.json.
     write_config(pytester, CASES)
-    result = run(pytester, "--harness-launcher", "torchrun")  # CPU's default is the zygote
-    result.assert_outcomes(passed=3)
+    result = run(pytester, "--harness-launcher", "torchrun", "-k", "gpt2")  # CPU's default: zygote
+    result.assert_outcomes(passed=1)
     for record in records(pytester).values():
         assert record["status"] == "passed"
         assert record["loss"]["steps"] == 3 and record["loss"]["mismatched"] == 0
