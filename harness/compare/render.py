@@ -46,9 +46,7 @@ def g(value, digits: int = 3) -> str:
         return NA
     if math.isnan(x):
         return "NaN"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.{digits}g}"
+    return f"{x:.{digits}g}"  # inf / -inf as such
 
 
 def _g(value) -> str:  # full precision for the failure text
@@ -179,18 +177,13 @@ def _relative_lines(diff: GradientDiff, worst: int) -> list[str]:
 
 # ---------------------------------------------------------------------- markdown (report)
 
-def _section(record: dict, key: str) -> dict:
-    value = record.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def loss_markdown(loss: dict) -> list[str]:
     """A failed loss comparison's bullet (nothing when it passed or was not made)."""
     if not loss or loss.get("ok") is not False:
         return []
     text = (f"- **loss**: first diverging step **{loss.get('first_diverging_step')}**; "
             f"{loss.get('mismatched')} of {loss.get('compared')} steps out of tolerance "
-            f"({tolerance_text(_section(loss, 'tolerance'))}); max |Δ| "
+            f"({tolerance_text(loss.get('tolerance'))}); max |Δ| "
             f"{g(loss.get('max_abs_diff'))}")
     extra = []
     for key, what in (("nonfinite_steps", "NaN / inf at step(s)"),
@@ -206,7 +199,7 @@ def gradient_markdown(grads: dict) -> list[str]:
     if not grads or grads.get("ok") is not False:
         return []
     lines = [f"- **gradients**: {grads.get('mismatched')} of {grads.get('parameters')} "
-             f"parameters out of tolerance ({tolerance_text(_section(grads, 'tolerance'))}); "
+             f"parameters out of tolerance ({tolerance_text(grads.get('tolerance'))}); "
              f"max |Δ| {g(grads.get('max_abs_diff'))}"]
     for key, what in (("missing", "missing from the run"), ("extra", "not in the reference"),
                       ("shape_errors", "shape changed")):

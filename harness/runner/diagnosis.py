@@ -16,9 +16,8 @@ TAIL_LINES = 25
 def crash_text(case: Case, spec: LaunchSpec, result: ProcessResult, failing: str | None,
                rank_logs: dict, timeout_s: float, what: str = "run",
                problem: str | None = None) -> str:
-    fault = getattr(result, "fault", None)  # a lost node, a cancelled / never-started job
-    if fault:
-        reason = fault
+    if result.fault:  # a lost node, a cancelled / never-started job
+        reason = result.fault
     elif problem and not result.timed_out:
         reason = problem if result.returncode == 0 else f"{problem} (exit code {result.returncode})"
     elif result.timed_out:
@@ -33,22 +32,19 @@ def crash_text(case: Case, spec: LaunchSpec, result: ProcessResult, failing: str
     lines = [f"{case.name}: the {what} failed: {reason}",
              f"command: {shlex.join(result.argv)}",
              f"launcher log: {result.stdout}"]
-    shown = False
+    # The failing rank's log; every rank's (a few lines each) for a hang or a problem no rank
+    # owns; the launcher's own output where no rank log has anything.
     ranks = [failing] if failing in rank_logs else \
         (sorted(rank_logs) if result.timed_out or problem else [])
-    for rank in ranks:
-        per_rank = TAIL_LINES if failing is not None else 6
-        for path in rank_logs[rank]:
-            text = tail(path, per_rank)
-            if text.strip():
-                lines += [f"--- rank {rank}: {path} (last lines) ---", text]
-                shown = True
+    per_rank = TAIL_LINES if failing is not None else 6
+    shown = [[f"--- rank {rank}: {path} (last lines) ---", text]
+             for rank in ranks for path in rank_logs[rank]
+             for text in [tail(path, per_rank)] if text.strip()]
     if not shown:
-        for path in (result.stderr, result.stdout):
-            text = tail(path, TAIL_LINES)
-            if text.strip():
-                lines += [f"--- {path} (last lines) ---", text]
-    return "\n".join(lines)
+        shown = [[f"--- {path} (last lines) ---", text]
+                 for path in (result.stderr, result.stdout)
+                 for text in [tail(path, TAIL_LINES)] if text.strip()]
+    return "\n".join(lines + [line for section in shown for line in section])
 
 
 def mismatch_text(case: Case, lines: list[str], output_dir: Path, reference_path: Path,

@@ -3,6 +3,8 @@ worst element) and the norms to float32 summation accuracy, on files spanning se
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -101,7 +103,8 @@ def _as_oracle(stats) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["float64", "fortran", "nan", "inf", "ref_nan", "tie",
-                                  "scalar", "empty", "over_float32"])
+                                  "scalar", "empty", "over_float32", "inf_both",
+                                  "over_float64"])
 @pytest.mark.parametrize("atol,rtol", [(0.25, 0.0), (0.0, 0.5)])
 def test_every_statistic_against_the_definitions(tmp_path, kind, atol, rtol):
     ref = np.array([[1.0, -2.0, 0.5], [4.0, 0.0, -0.25]])
@@ -127,15 +130,35 @@ def test_every_statistic_against_the_definitions(tmp_path, kind, atol, rtol):
         got, ref = np.zeros((0, 3)), np.zeros((0, 3))
     elif kind == "over_float32":
         got, ref = np.array([3e38, 1.0]), np.array([-3e38, 1.0])  # squares beyond float32
+    elif kind == "inf_both":
+        got[0, 0] = ref[0, 0] = np.inf  # inf - inf: NaN, a mismatch
+    elif kind == "over_float64":
+        dtype = np.float64
+        got[0, 0], ref[0, 0] = 1e200, -1e200  # squares beyond float64
     np.save(tmp_path / "g.npy", np.asarray(got, dtype, order=order))
     np.save(tmp_path / "r.npy", np.asarray(ref, dtype, order=order))
     g32 = np.load(tmp_path / "g.npy")
     r32 = np.load(tmp_path / "r.npy")
     want = _oracle(g32, r32, atol, rtol)
-    for stats in (diff_files(tmp_path / "g.npy", tmp_path / "r.npy", atol, rtol),
-                  exact_stats(g32, r32, atol, rtol)):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NaN / inf are answers here, not warnings for the user
+        answers = (diff_files(tmp_path / "g.npy", tmp_path / "r.npy", atol, rtol),
+                   exact_stats(g32, r32, atol, rtol))
+    for stats in answers:
         have = _as_oracle(stats)
         norms, want_norms = have.pop("norms"), want["norms"]
         assert _nan_equal(have) == _nan_equal({k: v for k, v in want.items() if k != "norms"}), kind
         for a, b in zip(norms, want_norms):
             assert (np.isnan(a) and np.isnan(b)) or a == pytest.approx(b, rel=1e-12), kind
+
+
+def test_a_pickled_or_reshaped_run_file_is_refused_with_its_name(tmp_path):
+    np.save(tmp_path / "r.npy", np.zeros(2, np.float64))
+    np.save(tmp_path / "g.npy", np.array([{"x": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(UnreadableError) as error:
+        diff_files(tmp_path / "g.npy", tmp_path / "r.npy", 1e-5, 0.0)
+    assert str(error.value).startswith(f"{tmp_path / 'g.npy'}: ") and "pickle" in str(error.value)
+    with pytest.raises(ShapeError) as shape:
+        exact_stats(np.zeros((3,)), np.zeros((2, 1)), 1e-5, 0.0)
+    assert (shape.value.got, shape.value.ref) == ((3,), (2, 1))
+    assert str(shape.value) == "shape (3,), reference (2, 1)"

@@ -136,3 +136,54 @@ def test_markdown_of_failed_loss_and_gradients(tmp_path):
         "- **where**: stage(s) 1; layer(s) 11", ""]
     assert lines[4:6] == ["Worst parameters:", ""] and lines[-1] == ""
     assert gradient_markdown({**grads, "ok": None}) == []
+
+
+def test_markdown_worst_table_extra_shape_errors_and_layer_order():
+    worst = [{"name": "h.10.mlp.c_fc.weight", "stage": "1", "layer": "10", "mismatched": 3,
+              "elements": 8, "max_abs_diff": 0.015625, "worst_index": [0, 1],
+              "worst_got": 1.0000001, "worst_ref": 1.0},
+             {"name": "h.9.ln_1.weight", "stage": "0", "layer": "9", "mismatched": 1,
+              "elements": 4, "max_abs_diff": 1e-05, "worst_index": [2], "worst_got": -0.5,
+              "worst_ref": -0.50001},
+             {"name": "lm_head.weight", "stage": "1 (lm head)", "layer": "-", "mismatched": 2,
+              "elements": 4, "max_abs_diff": "inf", "worst_index": [0],
+              "worst_got": "-inf", "worst_ref": 0.25}]
+    grads = {"ok": False, "mismatched": 3, "parameters": 40, "max_abs_diff": "inf",
+             "tolerance": {"atol": 1e-5, "rtol": 1e-3},
+             "missing": [f"h.{i}.x" for i in range(10)], "extra": ["extra.weight"],
+             "shape_errors": ["h.1.y: shape (3,), reference (2,)"], "worst": worst}
+    lines = gradient_markdown(grads)
+    assert lines[:5] == [
+        "- **gradients**: 3 of 40 parameters out of tolerance (atol 1e-05, rtol 0.001); "
+        "max |Δ| inf",
+        "- **10 missing from the run**: " + ", ".join(f"`h.{i}.x`" for i in range(10)),
+        "- **1 not in the reference**: `extra.weight`",
+        "- **1 shape changed**: `h.1.y: shape (3,), reference (2,)`",
+        "- **where**: stage(s) 0, 1, 1 (lm head); layer(s) 9, 10, -"]
+    assert lines[5:8] == ["", "Worst parameters:", ""]
+    assert lines[8:-1] == [
+        "| parameter              | stage       | layer   | mismatched   | max \\|Δ\\|   | at     "
+        "| got   | ref      |",
+        "|------------------------|-------------|---------|--------------|-------------|--------"
+        "|-------|----------|",
+        "| `h.10.mlp.c_fc.weight` | 1           | 10      | 3/8          | 0.0156      | [0, 1] "
+        "| 1     | 1        |",
+        "| `h.9.ln_1.weight`      | 0           | 9       | 1/4          | 1e-05       | [2]    "
+        "| -0.5  | -0.50001 |",
+        "| `lm_head.weight`       | 1 (lm head) | -       | 2/4          | inf         | [0]    "
+        "| -inf  | 0.25     |"]
+    assert lines[-1] == ""
+
+
+def test_loss_markdown_lists_ten_steps_of_each_kind():
+    loss = {"ok": False, "first_diverging_step": 2, "mismatched": 12, "compared": 12,
+            "tolerance": {"atol": 1e-5, "rtol": 0.0}, "max_abs_diff": 0.5,
+            "nonfinite_steps": list(range(2, 14)), "missing_steps": [14],
+            "extra_steps": [15, 16]}
+    assert loss_markdown(loss) == [
+        "- **loss**: first diverging step **2**; 12 of 12 steps out of tolerance (atol 1e-05, "
+        "rtol 0); max |Δ| 0.5; NaN / inf at step(s) 2, 3, 4, 5, 6, 7, 8, 9, 10, 11; no loss "
+        "recorded for step(s) 14; steps the reference lacks 15, 16", ""]
+    plain = {**loss, "nonfinite_steps": [], "missing_steps": [], "extra_steps": []}
+    assert loss_markdown(plain)[0].endswith("(atol 1e-05, rtol 0); max |Δ| 0.5")
+    assert loss_markdown({**plain, "tolerance": None})[0].endswith("(–); max |Δ| 0.5")

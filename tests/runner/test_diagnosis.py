@@ -43,14 +43,22 @@ def _head(text: str) -> list[str]:
 
 def test_first_failing_rank_shows_its_own_log_tail_only(tmp_path):
     logs = _rank_logs(tmp_path)
-    text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, 1), "1", logs, 60)
+    text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, 1, launcher_lines=3), "1", logs, 60)
     assert _head(text) == [
         "basic/gpt2/pp2: the run failed: rank 1 of 2 failed first; exit code 1",
         "command: launcher --nproc-per-node 2 -m harness.trainer",
         f"launcher log: {tmp_path / 'launcher.out'}"]
     lines = text.splitlines()[3:]
     assert lines[0] == f"--- rank 1: {logs['1'][0]} (last lines) ---"
-    assert lines[1:] == [f"rank 1 line {i}" for i in range(40 - TAIL_LINES, 40)]
+    assert lines[1:] == [f"rank 1 line {i}" for i in range(40 - TAIL_LINES, 40)]  # no launcher
+
+
+def test_an_exit_code_with_no_rank_named_shows_the_launcher_not_every_rank(tmp_path):
+    result = _result(tmp_path, 1, launcher_lines=2)
+    text = crash_text(CASE, _spec(tmp_path), result, None, _rank_logs(tmp_path), 60)
+    assert text.splitlines()[0] == "basic/gpt2/pp2: the run failed: exit code 1"
+    assert text.splitlines()[3:] == [f"--- {result.stderr} (last lines) ---", "err 0", "err 1",
+                                     f"--- {result.stdout} (last lines) ---", "out 0", "out 1"]
 
 
 def test_a_signal_is_named_and_an_unknown_one_numbered(tmp_path):
