@@ -23,3 +23,24 @@ def test_infinitrain_only_flags_skip_on_our_trainer_and_pass_through_a_command(t
     assert runner.skip_reason(cases["basic/gpt2/3"]) == (
         "needs 8 devices (dp 8 x tp 1 x pp 1), but --gpus allows 4")
     assert runner.skip_reason(cases["basic/gpt2/2"]) is None
+
+
+def test_a_skipped_case_is_recorded_with_its_node_trainer_and_planned_layout(tmp_path):
+    from harness.runner import CaseRunner, Settings
+
+    config = load_config(Path(__file__).resolve().parents[2] / "configs" / "test_config.json")
+    settings = Settings(session_id="s", session_dir=tmp_path, reference_root=tmp_path / "r",
+                        lease_dir=tmp_path / "l", slots=2, device="cpu", timeout_s=10)
+    runner = CaseRunner(config, settings)
+    case = next(c for c in config.cases if c.name == "pipeline_layout/gpt2/pp4-tp2-vpp2-uniform")
+    outcome = runner.run(case, nodeid="configs/test_config.json::" + case.name)
+    record = outcome.record
+    assert (outcome.status, record["status"]) == ("skipped", "skipped")
+    assert record["reason"] == "needs 8 devices (dp 1 x tp 2 x pp 4), but --gpus allows 2"
+    assert record["nodeid"] == "configs/test_config.json::" + case.name
+    assert record["trainer"] == "harness" and record["errors"] == []
+    # the layout the flags ask for, although nothing ran: PP 4 x VPP 2 over GPT-2's 8 layers
+    assert record["layout"]["chunks"] == [[0, 0, 1], [1, 1, 2], [2, 2, 3], [3, 3, 4],
+                                          [0, 4, 5], [1, 5, 6], [2, 6, 7], [3, 7, 8]]
+    assert record["parallel"] == {"pp": 4, "tp": 2, "dp": 1, "vpp": 2, "sequence_parallel": False}
+    assert runner.run(case).record["nodeid"] == ""
