@@ -44,3 +44,33 @@ def test_a_skipped_case_is_recorded_with_its_node_trainer_and_planned_layout(tmp
                                           [0, 4, 5], [1, 5, 6], [2, 6, 7], [3, 7, 8]]
     assert record["parallel"] == {"pp": 4, "tp": 2, "dp": 1, "vpp": 2, "sequence_parallel": False}
     assert runner.run(case).record["nodeid"] == ""
+
+
+def test_a_harness_side_error_is_an_error_and_releases_a_waiting_resume(tmp_path):
+    # InfiniTrain's config without its model files: the case errors before anything launches.
+    # The outcome names the case and the exception; a case that saves a checkpoint marks it
+    # failed (ok: false), so a resume case waiting on it skips at once, but a marker its own
+    # run already wrote is not overwritten.
+    import json
+
+    from harness.launch.infinitrain import InfiniTrainBackend
+    from harness.runner import CaseRunner, Settings
+    from harness.runner.checkpoints import DONE
+
+    config = load_config(DATA / "infinitrain_test_config.json")
+    settings = Settings(session_id="s", session_dir=tmp_path, reference_root=tmp_path / "r",
+                        lease_dir=tmp_path / "l", slots=8, device="cpu", timeout_s=10)
+    runner = CaseRunner(config, settings, backend=InfiniTrainBackend(tmp_path))
+    cases = {c.name: c for c in config.cases}
+    outcome = runner.run(cases["checkpoint/gpt2/ckpt_no_resume"])
+    record = outcome.record
+    message = (f"checkpoint/gpt2/ckpt_no_resume: FileNotFoundError: "
+               f"{DATA / 'infinitrain_test_config.json'}: variable GPT2_LLMC_FILEPATH (set it with --harness-var GPT2_LLMC_FILEPATH=PATH)")
+    assert (outcome.status, record["status"]) == ("error", "error")
+    assert outcome.message.startswith(message) and record["errors"] == [outcome.message]
+    assert record["reason"] == outcome.message.splitlines()[0]
+    done = Path(runner.run_flags(cases["checkpoint/gpt2/ckpt_no_resume"])["save"]) / DONE
+    assert json.loads(done.read_text()) == {"ok": False}
+    done.write_text(json.dumps({"ok": True}))  # as if its run had ended well
+    runner.run(cases["checkpoint/gpt2/ckpt_no_resume"])
+    assert json.loads(done.read_text()) == {"ok": True}
