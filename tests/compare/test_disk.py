@@ -65,3 +65,25 @@ def test_lru_eviction_and_cli(tmp_path, capsys):
     assert main(["--root", str(tmp_path), "--max-gb", "0", "--min-idle-s", "0"]) == 0
     assert list_entries(tmp_path) == [] and "2 evicted" in capsys.readouterr().out
     assert not [p for p in tmp_path.iterdir() if "evicted" in p.name]
+
+
+def test_dump_bytes_count_regular_files_only_and_the_policy_table(tmp_path):
+    dump = tmp_path / "gradients"
+    (dump / "sub").mkdir(parents=True)
+    (dump / "a.npy").write_bytes(b"x" * 100)
+    (dump / "sub" / "b.npy").write_bytes(b"y" * 28)
+    (tmp_path / "outside.bin").write_bytes(b"z" * 5000)
+    (dump / "link.npy").symlink_to(tmp_path / "outside.bin")  # not the dump's own bytes
+    assert folder_bytes(dump) == 128 and folder_bytes(tmp_path / "nothing") == 0
+    assert folder_bytes(None) == 0
+    with pytest.raises(ValueError) as error:
+        settle_dumps(dump, True, "some")
+    assert str(error.value) == "keep-dumps is 'some'; expected one of failed, all, none"
+    assert dump.is_dir()  # a bad policy removes nothing
+    assert settle_dumps(dump, False, "all") == {"policy": "all", "kept": True, "bytes": 128,
+                                                "removed_bytes": 0}
+    assert settle_dumps(dump, True, "none") == {"policy": "none", "kept": False, "bytes": 128,
+                                                "removed_bytes": 128}
+    assert not dump.exists() and (tmp_path / "outside.bin").stat().st_size == 5000
+    assert settle_dumps(None, False) == {"policy": "failed", "kept": False, "bytes": 0,
+                                         "removed_bytes": 0}
