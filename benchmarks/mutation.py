@@ -58,6 +58,25 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
     ("harness.compare.locate.x*Locator*stages__mutmut_*", "self.chunks[0][1], self.chunks[-1][0]",
      "the first chunk in global order is stage 0's and starts at layer 0 in every layout the "
      "layout module accepts, so its stage and its start are both 0"),
+    ("harness.runner.diagnosis.x_crash_text__mutmut_*", "result.returncode <= 0:",
+     "crash_text is called only for a run that failed: exit code 0 comes with a fault or a "
+     "problem (decided by the branches above) or a timeout, so 0 never reaches this test"),
+    ("harness.runner.diagnosis.x_crash_text__mutmut_*", "result.returncode < 1:",
+     "as above: exit code 0 never reaches the signal branch"),
+    ("harness.compare.fastdiff.x__load_got__mutmut_*", "np.load(path, allow_pickle=None)",
+     "numpy refuses pickles for any false allow_pickle; None is false"),
+    ("harness.compare.fastdiff.x__load_got__mutmut_*", "np.load(path, )",
+     "numpy's default is allow_pickle=False: the explicit argument states the rule, it does "
+     "not change it"),
+    ("harness.compare.dumps.x_settle_dumps__mutmut_*", "shutil.rmtree(gradients_dir, ",
+     "the folder is the case's own and was just found to exist; rmtree fails only when "
+     "something else removes it at the same moment, which nothing does"),
+    ("harness.compare.render.x_gradient_markdown__mutmut_*", "if x.isdigit() else 1, x)",
+     "the middle key only orders layer numbers; every non-number shares it whatever it is, "
+     "and the first key already puts numbers before names"),
+    *(("harness.compare.render.x_*_lines__mutmut_*", f"_some(diff.{items}, None)",
+       "_some writes markdown only for MARKDOWN; any other value, None included, is text")
+      for items in ("nonfinite", "missing", "extra")),
 )
 
 

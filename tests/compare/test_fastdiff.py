@@ -104,7 +104,7 @@ def _as_oracle(stats) -> dict:
 
 @pytest.mark.parametrize("kind", ["float64", "fortran", "nan", "inf", "ref_nan", "tie",
                                   "scalar", "empty", "over_float32", "inf_both",
-                                  "over_float64"])
+                                  "over_float64", "all_nan"])
 @pytest.mark.parametrize("atol,rtol", [(0.25, 0.0), (0.0, 0.5)])
 def test_every_statistic_against_the_definitions(tmp_path, kind, atol, rtol):
     ref = np.array([[1.0, -2.0, 0.5], [4.0, 0.0, -0.25]])
@@ -132,6 +132,8 @@ def test_every_statistic_against_the_definitions(tmp_path, kind, atol, rtol):
         got, ref = np.array([3e38, 1.0]), np.array([-3e38, 1.0])  # squares beyond float32
     elif kind == "inf_both":
         got[0, 0] = ref[0, 0] = np.inf  # inf - inf: NaN, a mismatch
+    elif kind == "all_nan":
+        got[:] = np.nan  # no finite difference at all: max |diff| 0, every element mismatched
     elif kind == "over_float64":
         dtype = np.float64
         got[0, 0], ref[0, 0] = 1e200, -1e200  # squares beyond float64

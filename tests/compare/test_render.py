@@ -141,10 +141,10 @@ def test_markdown_of_failed_loss_and_gradients(tmp_path):
 def test_markdown_worst_table_extra_shape_errors_and_layer_order():
     worst = [{"name": "h.10.mlp.c_fc.weight", "stage": "1", "layer": "10", "mismatched": 3,
               "elements": 8, "max_abs_diff": 0.015625, "worst_index": [0, 1],
-              "worst_got": 1.0000001, "worst_ref": 1.0},
+              "worst_got": 1.2345678, "worst_ref": 1.0},
              {"name": "h.9.ln_1.weight", "stage": "0", "layer": "9", "mismatched": 1,
               "elements": 4, "max_abs_diff": 1e-05, "worst_index": [2], "worst_got": -0.5,
-              "worst_ref": -0.50001},
+              "worst_ref": -0.123456789},
              {"name": "lm_head.weight", "stage": "1 (lm head)", "layer": "-", "mismatched": 2,
               "elements": 4, "max_abs_diff": "inf", "worst_index": [0],
               "worst_got": "-inf", "worst_ref": 0.25}]
@@ -163,15 +163,15 @@ def test_markdown_worst_table_extra_shape_errors_and_layer_order():
     assert lines[5:8] == ["", "Worst parameters:", ""]
     assert lines[8:-1] == [
         "| parameter              | stage       | layer   | mismatched   | max \\|Δ\\|   | at     "
-        "| got   | ref      |",
+        "| got     | ref       |",
         "|------------------------|-------------|---------|--------------|-------------|--------"
-        "|-------|----------|",
+        "|---------|-----------|",
         "| `h.10.mlp.c_fc.weight` | 1           | 10      | 3/8          | 0.0156      | [0, 1] "
-        "| 1     | 1        |",
+        "| 1.23457 | 1         |",
         "| `h.9.ln_1.weight`      | 0           | 9       | 1/4          | 1e-05       | [2]    "
-        "| -0.5  | -0.50001 |",
+        "| -0.5    | -0.123457 |",
         "| `lm_head.weight`       | 1 (lm head) | -       | 2/4          | inf         | [0]    "
-        "| -inf  | 0.25     |"]
+        "| -inf    | 0.25      |"]
     assert lines[-1] == ""
 
 
@@ -187,3 +187,78 @@ def test_loss_markdown_lists_ten_steps_of_each_kind():
     plain = {**loss, "nonfinite_steps": [], "missing_steps": [], "extra_steps": []}
     assert loss_markdown(plain)[0].endswith("(atol 1e-05, rtol 0); max |Δ| 0.5")
     assert loss_markdown({**plain, "tolerance": None})[0].endswith("(–); max |Δ| 0.5")
+
+
+def test_gradient_lines_whole_text(tmp_path):
+    # 7 parameters off by 2**-(i+1) in one of 4 elements (all over atol 2**-8, so the worst-5
+    # cut shows); relative errors 2**-(i+2) against the threshold 2**-8: 6 over it (the table
+    # shows 5), h.6 exactly at it (passes); 12 names the reference lacks (10 shown); a shape.
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "got").mkdir()
+    for i in range(7):
+        np.save(tmp_path / "ref" / f"h.{i}.mlp.c_fc.weight.npy", np.ones(4, np.float32))
+        np.save(tmp_path / "got" / f"h.{i}.mlp.c_fc.weight.npy",
+                np.array([1 + 2.0**-(i + 1), 1, 1, 1], np.float32))
+    np.save(tmp_path / "ref" / "h.7.ln_1.weight.npy", np.ones(2, np.float32))
+    np.save(tmp_path / "got" / "h.7.ln_1.weight.npy", np.ones(3, np.float32))
+    for j in range(12):
+        np.save(tmp_path / "got" / f"extra.{j:02d}.npy", np.ones(1, np.float32))
+    from harness.compare import Locator
+
+    loc = Locator.from_layout({"chunks": [[0, 0, 4], [1, 4, 8]]}, "gpt2")
+    diff = compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(2.0**-8, 0.0), loc,
+                             relative=2.0**-8)
+    text = "\n".join(gradient_lines(diff))
+    assert text.splitlines() == [
+        "gradients: 12 not in the reference: extra.00, extra.01, extra.02, extra.03, extra.04, "
+        "extra.05, extra.06, extra.07, extra.08, extra.09 ...",
+        "gradients: h.7.ln_1.weight: shape (3,), reference (2,)",
+        "gradients: mismatched 7 of 7 parameters (7 of 28 elements; atol=0.00390625 rtol=0)",
+        "worst parameters:",
+        "parameter              stage    layer  mismatched      max |got-ref|  at        got    ref",
+        "-------------------  -------  -------  ------------  ---------------  ----  -------  -----",
+        "h.0.mlp.c_fc.weight        0        0  1/4                   0.5      [0]   1.5          1",
+        "h.1.mlp.c_fc.weight        0        1  1/4                   0.25     [0]   1.25         1",
+        "h.2.mlp.c_fc.weight        0        2  1/4                   0.125    [0]   1.125        1",
+        "h.3.mlp.c_fc.weight        0        3  1/4                   0.0625   [0]   1.0625       1",
+        "h.4.mlp.c_fc.weight        1        4  1/4                   0.03125  [0]   1.03125      1",
+        "gradients (scale-free): worst ||got-ref||/||ref|| 0.25 at h.0.mlp.c_fc.weight (stage 0), "
+        "threshold 0.00390625, margin 0.015625x: OVER the threshold in 6 of 7 parameters",
+        "worst parameters (scale-free):",
+        "parameter              stage    layer    ||got-ref||/||ref||    ||got-ref||    ||ref||  "
+        "  max |got-ref|",
+        "-------------------  -------  -------  ---------------------  -------------  ---------  "
+        "---------------",
+        "h.0.mlp.c_fc.weight        0        0               0.25            0.5              2  "
+        "        0.5",
+        "h.1.mlp.c_fc.weight        0        1               0.125           0.25             2  "
+        "        0.25",
+        "h.2.mlp.c_fc.weight        0        2               0.0625          0.125            2  "
+        "        0.125",
+        "h.3.mlp.c_fc.weight        0        3               0.03125         0.0625           2  "
+        "        0.0625",
+        "h.4.mlp.c_fc.weight        1        4               0.015625        0.03125          2  "
+        "        0.03125"]
+    record = diff.to_dict()
+    assert len(record["worst"]) == 7 and [w.name for w in diff.worst()] == \
+        [f"h.{i}.mlp.c_fc.weight" for i in range(5)]
+    assert record["extra"] == [f"extra.{j:02d}" for j in range(12)]
+    assert record["shape_errors"] == ["h.7.ln_1.weight: shape (3,), reference (2,)"]
+    assert len(diff.relative_failures) == 6
+
+
+def test_scale_free_record_of_nothing_compared(tmp_path):
+    (tmp_path / "ref").mkdir()
+    diff = compare_gradients(tmp_path / "none", tmp_path / "ref", Tolerance(1e-5, 0.0),
+                             relative=1e-5)
+    assert diff.relative_dict() == {"threshold": 1e-5, "worst": 0.0, "worst_parameter": None,
+                                    "worst_stage": None, "margin": "inf", "failed": [],
+                                    "ok": True}
+
+
+def test_the_record_keeps_the_ten_worst(tmp_path):
+    _dump(tmp_path / "ref", {f"h.{i}.ln_1.weight": [1.0] for i in range(12)})
+    _dump(tmp_path / "got", {f"h.{i}.ln_1.weight": [1.0 + (i + 1) / 64] for i in range(12)})
+    diff = compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(1e-5, 0.0))
+    assert [w["name"] for w in diff.to_dict()["worst"]] == \
+        [f"h.{i}.ln_1.weight" for i in range(11, 1, -1)]
