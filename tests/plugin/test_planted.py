@@ -69,6 +69,15 @@ def test_planted_bugs_get_the_exact_verdict(outcome):
         ("gpt2", "loss-at-atol"): "passed", ("gpt2", "loss-above-atol"): "failed",
         ("gpt2", "loss-at-rtol"): "passed", ("gpt2", "loss-above-rtol"): "failed",
     }
+    for record in records.values():  # a failure's whole text is kept, its first line is the reason
+        if record["status"] == "failed":
+            assert len(record["errors"]) == 1 and \
+                record["reason"] == record["errors"][0].splitlines()[0], record["name"]
+            assert record["reason"].startswith(record["name"] + ": the run "), record["reason"]
+        else:
+            assert record["errors"] == [] and record["reason"] is None, record["name"]
+        assert 0 < record["timings"]["total_s"] < 600
+        assert record["started_at"] <= record["finished_at"]
 
 
 def test_last_stage_only_parameters_are_compared_with_the_runs_files(outcome):
