@@ -74,3 +74,35 @@ def test_a_harness_side_error_is_an_error_and_releases_a_waiting_resume(tmp_path
     done.write_text(json.dumps({"ok": True}))  # as if its run had ended well
     runner.run(cases["checkpoint/gpt2/ckpt_no_resume"])
     assert json.loads(done.read_text()) == {"ok": True}
+
+
+def test_over_nodes_a_case_and_its_reference_topology_are_placed_or_skipped(tmp_path):
+    import json
+
+    from harness.launch.infinitrain import InfiniTrainBackend
+    from harness.runner import CaseRunner, Settings
+
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps({"models": ["gpt2"], "test_groups": [{"tag": "t", "tests": [
+        {"id": "pp2", "args": {"pipeline_parallel": 2}},
+        {"id": "pp8", "args": {"pipeline_parallel": 8}},
+        {"id": "big-ref", "args": {"pipeline_parallel": 2},
+         "reference": {"tensor_parallel": 8}}]}]}))
+    config = load_config(path)
+    cases = {c.case_id: c for c in config.cases}
+
+    def reason(case_id, foreign=False, **placement):
+        settings = Settings(session_id="s", session_dir=tmp_path, reference_root=tmp_path / "r",
+                            lease_dir=tmp_path / "l", slots=4, device="cpu", timeout_s=10,
+                            **placement)
+        backend = InfiniTrainBackend(tmp_path) if foreign else None
+        return CaseRunner(config, settings, backend=backend).skip_reason(cases[case_id])
+
+    two_nodes = {"nnodes": 2, "nproc_per_node": 2}
+    assert reason("pp2", **two_nodes) is None
+    assert reason("pp8", **two_nodes) == "it needs 8 devices, but --gpus allows 4"
+    assert reason("big-ref", **two_nodes) == \
+        "its reference topology needs 8 devices, but --gpus allows 4"
+    assert reason("pp2", foreign=True, nnodes=2, nproc_per_node=1) == (
+        "it spans 2 nodes, and only the bundled trainer is launched across nodes "
+        "(torchrun agents)")
