@@ -74,6 +74,39 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
     ("harness.compare.render.x_gradient_markdown__mutmut_*", "if x.isdigit() else 1, x)",
      "the middle key only orders layer numbers; every non-number shares it whatever it is, "
      "and the first key already puts numbers before names"),
+    ("harness.compare.fastdiff.x_diff_files__mutmut_*", "np.load(ref_path, allow_pickle=None)",
+     "numpy refuses pickles for any false allow_pickle; None is false"),
+    ("harness.compare.fastdiff.x_diff_files__mutmut_*", "np.load(ref_path, )",
+     "numpy's default is allow_pickle=False"),
+    # The block path: its answers are checked against the float64 path and the definitions;
+    # these change only how it gets there (which elements are re-checked, buffer types).
+    *(("harness.compare.fastdiff.x__block_stats__mutmut_*", text, why) for text, why in (
+        ("isfinite(diff_sq) or", "got - ref is finite only where both are, so a finite "
+         "||got - ref|| with a non-finite ||got|| or ||ref|| cannot happen"),
+        ("allowed -= atol32", "the excess of every element shifts by the same 2 x atol, so the "
+         "argmax is the same element, and its excess is recomputed in float64"),
+        ("d >= near", "an element exactly at `near` (below atol) re-checked in float64 is "
+         "within the bound either way"),
+        ("if d[j] >= near", "as above: at `near` the float64 re-check finds it within"),
+        ("if (d[j] > near) or True", "an empty candidate search: slower, same count"),
+        (".astype(None)", "astype(None) is float64"),
+        ("np.empty(size, None)", "a float64 scratch buffer: the same argmax and a candidate "
+         "set that the float64 re-check decides the same way"),
+        ("np.empty(size, )", "as above: numpy's default dtype is float64"),
+        ("if (rtol) or True else None", "a buffer allocated and not used when rtol is 0"),
+        ("max_d, max_at = -2.0, 0", "overwritten by the first block: every |d| >= 0"),
+        ("max_d, max_at = -1.0, 1", "overwritten by the first block"),
+        ("-math.inf, 1, 0.0, 0.0", "overwritten by the first block: a finite excess > -inf"),
+        ("-math.inf, 0, 1.0, 0.0", "overwritten by the first block"),
+        ("-math.inf, 0, 0.0, 1.0", "overwritten by the first block"),
+        ("max_got = max_ref = None", "overwritten by the first block"),
+        ("max_got = max_ref = 1.0", "overwritten by the first block"),
+        ("UnreadableError(None)", "unreachable: the file's byte count was checked before "
+         "reading, so a short read needs the file cut while it is read"),
+        ("ValueError(None)", "unreachable, as above"),
+        ("cut shortXX", "unreachable, as above"),
+        ("CUT SHORT", "unreachable, as above"),
+    )),
     *(("harness.compare.render.x_*_lines__mutmut_*", f"_some(diff.{items}, None)",
        "_some writes markdown only for MARKDOWN; any other value, None included, is text")
       for items in ("nonfinite", "missing", "extra")),

@@ -35,7 +35,7 @@ def test_equivalents_name_mutants_in_scope_and_todays_code():
         original_tokens = [t for t in text.replace("(", " ").replace(")", " ").split()
                            if t.isidentifier() and len(t) > 3]
         assert all(t in source for t in original_tokens), (pattern, original_tokens)
-        assert len(why) > 40
+        assert len(why) > 20  # a reason, not a label
 
 
 def test_a_survivor_is_explained_only_by_its_own_pattern_and_line():

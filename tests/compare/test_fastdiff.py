@@ -160,7 +160,85 @@ def test_a_pickled_or_reshaped_run_file_is_refused_with_its_name(tmp_path):
     with pytest.raises(UnreadableError) as error:
         diff_files(tmp_path / "g.npy", tmp_path / "r.npy", 1e-5, 0.0)
     assert str(error.value).startswith(f"{tmp_path / 'g.npy'}: ") and "pickle" in str(error.value)
+    np.save(tmp_path / "g.npy", np.zeros(2, np.float64))
+    np.save(tmp_path / "r.npy", np.array([{"x": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="pickle"):  # nor a reference's
+        diff_files(tmp_path / "g.npy", tmp_path / "r.npy", 1e-5, 0.0)
     with pytest.raises(ShapeError) as shape:
         exact_stats(np.zeros((3,)), np.zeros((2, 1)), 1e-5, 0.0)
     assert (shape.value.got, shape.value.ref) == ((3,), (2, 1))
     assert str(shape.value) == "shape (3,), reference (2, 1)"
+
+
+def test_float32_files_take_the_block_path_and_others_the_float64_one(tmp_path, monkeypatch):
+    # The block path is the 15x faster one: a float32 C-order file must never fall back.
+    rng = np.random.default_rng(0)
+    ref = rng.normal(0, 1, 2500).astype(np.float32)
+    g, r = pair(tmp_path, ref + np.float32(1e-3), ref)
+    want = exact_stats(np.load(g), np.load(r), 1e-5, 1e-3)
+
+    def refuse(*args):
+        raise AssertionError("the float64 path ran")
+
+    monkeypatch.setattr(fastdiff, "exact_stats", refuse)
+    for atol, rtol in ((1e-5, 1e-3), (1e-5, 0.0)):
+        assert diff_files(g, r, atol, rtol).mismatched > 0
+    assert diff_files(g, r, 1e-5, 1e-3).mismatched == want.mismatched
+    for got, reference in ((np.asarray(ref, np.float64), ref), (ref, np.asarray(ref, np.float64)),
+                           (np.asfortranarray(np.tile(ref, (2, 1))), np.tile(ref, (2, 1))),
+                           (np.tile(ref, (2, 1)), np.asfortranarray(np.tile(ref, (2, 1))))):
+        np.save(tmp_path / "g.npy", got)
+        np.save(tmp_path / "r.npy", reference)
+        with pytest.raises(AssertionError, match="the float64 path ran"):
+            diff_files(tmp_path / "g.npy", tmp_path / "r.npy", 1e-5, 0.0)
+
+
+@pytest.mark.parametrize("rtol", [0.0, 0.5])
+def test_just_above_the_bound_is_a_mismatch_and_ties_go_to_the_first(tmp_path, rtol):
+    # atol 1 on a zero reference: |d| = 1 + 2**-23 is over the bound by one float32 step, far
+    # inside the band float32 re-checks in float64 (1e-5 of the bound). Two equal worst
+    # differences in different blocks (1000 elements each): the first is the worst.
+    ref = np.zeros(2500, np.float32)
+    got = ref.copy()
+    got[7] = 1 + 2.0**-23
+    got[10] = got[2010] = 3.0
+    g, r = pair(tmp_path, got, ref)
+    stats = diff_files(g, r, 1.0, rtol)
+    assert stats.mismatched == 3 and stats.worst_index == (10,) and stats.max_abs_diff == 3.0
+    exactly = got.copy()
+    exactly[7] = 1.0
+    g, r = pair(tmp_path, exactly, ref)
+    assert diff_files(g, r, 1.0, rtol).mismatched == 2
+
+
+def test_npy_versions_and_the_texts_of_unreadable_files(tmp_path):
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for version in ((1, 0), (2, 0)):
+        with open(tmp_path / "g.npy", "wb") as f:
+            np.lib.format.write_array(f, values + 1, version=version)
+        with open(tmp_path / "r.npy", "wb") as f:
+            np.lib.format.write_array(f, values, version=version)
+        stats = diff_files(tmp_path / "g.npy", tmp_path / "r.npy", 0.5, 0.0)
+        assert (stats.mismatched, stats.max_abs_diff, stats.worst_index) == (6, 1.0, (0, 0))
+    header = (tmp_path / "g.npy").read_bytes()
+    (tmp_path / "g.npy").write_bytes(header[:6] + bytes([3, 0]) + header[8:])
+    with pytest.raises(UnreadableError) as error:
+        diff_files(tmp_path / "g.npy", tmp_path / "r.npy", 0.5, 0.0)
+    assert str(error.value) == "unsupported .npy version (3, 0)"
+    with pytest.raises(ValueError) as error:
+        diff_files(tmp_path / "r.npy", tmp_path / "g.npy", 0.5, 0.0)
+    assert str(error.value) == "unsupported .npy version (3, 0)"
+    np.save(tmp_path / "g.npy", values)
+    (tmp_path / "g.npy").write_bytes((tmp_path / "g.npy").read_bytes()[:-4])
+    with pytest.raises(UnreadableError) as error:
+        diff_files(tmp_path / "g.npy", tmp_path / "r.npy", 0.5, 0.0)
+    assert str(error.value) == "the run's file holds 20 bytes of data, 24 expected for shape (2, 3)"
+    np.save(tmp_path / "g.npy", values)
+    (tmp_path / "r.npy").write_bytes((tmp_path / "g.npy").read_bytes() + b"1234")
+    with pytest.raises(ValueError) as error:
+        diff_files(tmp_path / "g.npy", tmp_path / "r.npy", 0.5, 0.0)
+    assert str(error.value) == ("the reference's file holds 28 bytes of data, 24 expected for "
+                                "shape (2, 3)")
+    with pytest.raises(UnreadableError) as error:
+        diff_files(tmp_path / "missing.npy", tmp_path / "g.npy", 0.5, 0.0)
+    assert "No such file or directory" in str(error.value) and "missing.npy" in str(error.value)
