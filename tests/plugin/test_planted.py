@@ -41,6 +41,15 @@ CASES = [
 _SESSION: dict = {}  # one session (about 17 s) serves every test of this module
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _session_of_this_run():
+    # Per pytest run, not per interpreter: mutmut forks each mutant's run from a process that
+    # already ran these tests, and a session kept from that run would judge the unmutated code.
+    _SESSION.clear()
+    yield
+    _SESSION.clear()
+
+
 @pytest.fixture
 def outcome(pytester, harness_dir):
     if not _SESSION:

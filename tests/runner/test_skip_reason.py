@@ -87,13 +87,15 @@ def test_over_nodes_a_case_and_its_reference_topology_are_placed_or_skipped(tmp_
         {"id": "pp2", "args": {"pipeline_parallel": 2}},
         {"id": "pp8", "args": {"pipeline_parallel": 8}},
         {"id": "big-ref", "args": {"pipeline_parallel": 2},
-         "reference": {"tensor_parallel": 8}}]}]}))
+         "reference": {"tensor_parallel": 8}},
+        {"id": "ref4", "args": {"pipeline_parallel": 2}, "reference": {"tensor_parallel": 4}},
+        {"id": "two-unknown", "args": {"zero_stage": 2, "lora_rank": 4}}]}]}))
     config = load_config(path)
     cases = {c.case_id: c for c in config.cases}
 
-    def reason(case_id, foreign=False, **placement):
+    def reason(case_id, foreign=False, slots=4, **placement):
         settings = Settings(session_id="s", session_dir=tmp_path, reference_root=tmp_path / "r",
-                            lease_dir=tmp_path / "l", slots=4, device="cpu", timeout_s=10,
+                            lease_dir=tmp_path / "l", slots=slots, device="cpu", timeout_s=10,
                             **placement)
         backend = InfiniTrainBackend(tmp_path) if foreign else None
         return CaseRunner(config, settings, backend=backend).skip_reason(cases[case_id])
@@ -103,6 +105,15 @@ def test_over_nodes_a_case_and_its_reference_topology_are_placed_or_skipped(tmp_
     assert reason("pp8", **two_nodes) == "it needs 8 devices, but --gpus allows 4"
     assert reason("big-ref", **two_nodes) == \
         "its reference topology needs 8 devices, but --gpus allows 4"
+    assert reason("big-ref", foreign=True, slots=8, nnodes=2, nproc_per_node=4) == (
+        "its reference topology spans 2 nodes, and only the bundled trainer is launched "
+        "across nodes (torchrun agents)")
+    # one local machine of 4 slots
+    assert reason("ref4") is None
+    assert reason("big-ref") == ("its reference topology (tensor_parallel=8) needs 8 devices, "
+                                 "but --gpus allows 4")
+    assert reason("two-unknown") == ("uses flag(s) zero_stage, lora_rank that the harness "
+                                     "trainer does not implement")
     assert reason("pp2", foreign=True, nnodes=2, nproc_per_node=1) == (
         "it spans 2 nodes, and only the bundled trainer is launched across nodes "
         "(torchrun agents)")
