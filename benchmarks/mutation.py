@@ -88,6 +88,8 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
         ("d >= near", "an element exactly at `near` (below atol) re-checked in float64 is "
          "within the bound either way"),
         ("if d[j] >= near", "as above: at `near` the float64 re-check finds it within"),
+        ("excess >= -_HAIR", "an element exactly at the edge of the re-check band is within "
+         "the bound; re-checked in float64 it is found within"),
         ("if (d[j] > near) or True", "an empty candidate search: slower, same count"),
         (".astype(None)", "astype(None) is float64"),
         ("np.empty(size, None)", "a float64 scratch buffer: the same argmax and a candidate "

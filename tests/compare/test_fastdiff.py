@@ -183,6 +183,10 @@ def test_float32_files_take_the_block_path_and_others_the_float64_one(tmp_path, 
     monkeypatch.setattr(fastdiff, "exact_stats", refuse)
     for atol, rtol in ((1e-5, 1e-3), (1e-5, 0.0)):
         assert diff_files(g, r, atol, rtol).mismatched > 0
+    one_g, one_r = tmp_path / "one_g.npy", tmp_path / "one_r.npy"
+    np.save(one_g, np.ones(1, np.float32))
+    np.save(one_r, np.zeros(1, np.float32))
+    assert diff_files(one_g, one_r, 1e-5, 0.0).mismatched == 1  # one element: still the block path
     assert diff_files(g, r, 1e-5, 1e-3).mismatched == want.mismatched
     for got, reference in ((np.asarray(ref, np.float64), ref), (ref, np.asarray(ref, np.float64)),
                            (np.asfortranarray(np.tile(ref, (2, 1))), np.tile(ref, (2, 1))),
@@ -202,13 +206,16 @@ def test_just_above_the_bound_is_a_mismatch_and_ties_go_to_the_first(tmp_path, r
     got = ref.copy()
     got[7] = 1 + 2.0**-23
     got[10] = got[2010] = 3.0
+    if rtol:  # where rtol * |ref| dwarfs atol: 1 + 0.5 * 8 = 5, and 13 + 2**-20 is one step over
+        ref[20], got[20] = 8.0, 13 + 2.0**-20
     g, r = pair(tmp_path, got, ref)
     stats = diff_files(g, r, 1.0, rtol)
-    assert stats.mismatched == 3 and stats.worst_index == (10,) and stats.max_abs_diff == 3.0
+    assert stats.mismatched == (4 if rtol else 3)
+    assert stats.worst_index == (10,) and stats.max_abs_diff == (5 + 2.0**-20 if rtol else 3.0)
     exactly = got.copy()
     exactly[7] = 1.0
     g, r = pair(tmp_path, exactly, ref)
-    assert diff_files(g, r, 1.0, rtol).mismatched == 2
+    assert diff_files(g, r, 1.0, rtol).mismatched == (3 if rtol else 2)
 
 
 def test_npy_versions_and_the_texts_of_unreadable_files(tmp_path):
