@@ -74,6 +74,8 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
     ("harness.compare.render.x_gradient_markdown__mutmut_*", "if x.isdigit() else 1, x)",
      "the middle key only orders layer numbers; every non-number shares it whatever it is, "
      "and the first key already puts numbers before names"),
+    (f"harness.runner.case_runner.x{SEP}CaseRunner{SEP}run__mutmut_*", "ok=False, overwrite=None)",
+     "mark_checkpoint_done tests `overwrite or ...`: None is false, as False is"),
     ("harness.compare.fastdiff.x_diff_files__mutmut_*", "np.load(ref_path, allow_pickle=None)",
      "numpy refuses pickles for any false allow_pickle; None is false"),
     ("harness.compare.fastdiff.x_diff_files__mutmut_*", "np.load(ref_path, )",
