@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.compare import compare_gradients, gradient_lines
-from harness.compare.render import MARKDOWN, gradient_markdown, table, worst_table
+from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
+from harness.compare.render import (MARKDOWN, NA, g, gradient_markdown, loss_markdown, number,
+                                    table, tolerance_text, worst_table)
 from harness.spec.tolerance import Tolerance
 
 
@@ -34,11 +35,6 @@ def test_markdown_cells_are_escaped():
 
 
 # ------------------------------------------------------------------ exact text, line by line
-
-from harness.compare import compare_losses, loss_lines  # noqa: E402
-from harness.compare.render import (NA, g, loss_markdown, number,  # noqa: E402
-                                    tolerance_text)
-
 
 def _steps(*losses):
     return [{"step": i + 1, "loss": v} for i, v in enumerate(losses)]
@@ -85,8 +81,6 @@ def test_gradient_lines_element_wise_and_scale_free(tmp_path):
            "h.1.mlp.c_fc.weight": [1.0, 1.0], "wte.weight": [1.0]}
     _dump(tmp_path / "ref", ref)
     _dump(tmp_path / "got", got)
-    from harness.compare import Locator
-
     loc = Locator.from_layout({"chunks": [[0, 0, 1], [1, 1, 2]]}, "gpt2")
     diff = compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(1e-5, 0.0), loc,
                              relative=1e-5)
@@ -122,8 +116,6 @@ def test_markdown_of_failed_loss_and_gradients(tmp_path):
     assert loss_markdown({**loss, "ok": True}) == [] and loss_markdown({}) == []
     _dump(tmp_path / "ref", {f"h.{i}.ln_1.weight": [1.0] for i in range(12)})
     _dump(tmp_path / "got", {"h.11.ln_1.weight": [1.5]})
-    from harness.compare import Locator
-
     loc = Locator.from_layout({"chunks": [[0, 0, 6], [1, 6, 12]]}, "gpt2")
     grads = compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(1e-5, 0.0),
                               loc).to_dict()
@@ -203,8 +195,6 @@ def test_gradient_lines_whole_text(tmp_path):
     np.save(tmp_path / "got" / "h.7.ln_1.weight.npy", np.ones(3, np.float32))
     for j in range(12):
         np.save(tmp_path / "got" / f"extra.{j:02d}.npy", np.ones(1, np.float32))
-    from harness.compare import Locator
-
     loc = Locator.from_layout({"chunks": [[0, 0, 4], [1, 4, 8]]}, "gpt2")
     diff = compare_gradients(tmp_path / "got", tmp_path / "ref", Tolerance(2.0**-8, 0.0), loc,
                              relative=2.0**-8)
