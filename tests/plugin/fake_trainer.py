@@ -21,6 +21,11 @@ the layout. Its behaviour comes from the case id (the last part of --case):
     loss-at-atol / loss-above-atol / loss-at-rtol / loss-above-rtol  step 2's loss (4.75) moved
                  by exactly ATOL / LOSS_RTOL * 4.75 (both 2**-14), or the next float64 above; written to
                  steps.jsonl at full precision
+    run-json     run.json also holds an environment, the layout as text and the schedule run
+    from-step-2  logs steps 2.. only (a resumed run)
+    bad-update   with --dump_parameter_updates: h.6.mlp.c_fc.weight's update scaled by 1.5
+With --dump_parameter_updates DIR it writes every parameter's change over the run there, as the
+bundled trainer does.
 Anything else matches the reference exactly. With FAKE_RECORD_DIR set it appends its lease
 (slots, start, end, port) and every reference run to JSON-lines files there, and the pid and
 argv of every process it starts (itself included) to pids.jsonl.
@@ -84,6 +89,7 @@ def main():
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--pipeline_parallel", type=int, default=1)
     parser.add_argument("--pipeline_layer_partition", default=None)
+    parser.add_argument("--dump_parameter_updates", default="")
     args, _unknown = parser.parse_known_args()
     mode = args.case.rsplit("/", 1)[-1]
     started = time.time()
@@ -122,8 +128,14 @@ def main():
         layout = resolve_layout(LAYERS, args.pipeline_parallel,
                                 partition=args.pipeline_layer_partition)
         (out / "run.json").write_text(json.dumps({"layout": layout.to_dict()}))
+    if "run-json" in mode:
+        run = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+        run.update(environment={"trainer": "fake-1", "world_size": args.world_size},
+                   layout_text=f"fake layout over {args.pipeline_parallel} stage(s)",
+                   parallel={"schedule": "GPipe"})
+        (out / "run.json").write_text(json.dumps(run))
     exact_steps = []
-    for step in range(1, args.num_iteration + 1):
+    for step in range(2 if "from-step-2" in mode else 1, args.num_iteration + 1):
         loss = 5.0 - 0.125 * step
         if "nan" in mode and step == 2:
             loss = float("nan")
@@ -160,6 +172,14 @@ def main():
                 (grads / f"{name}.npy").write_bytes(b"\x93NUMPY junk, not an array")
         if "extra-grad" in mode:
             np.save(grads / "h.9.bogus.weight.npy", np.zeros((2,), np.float32))
+    if args.dump_parameter_updates:
+        updates = Path(args.dump_parameter_updates)
+        updates.mkdir(parents=True, exist_ok=True)
+        for name in parameter_names(args.model):
+            value = gradient(name, args.seed + 1) * np.float32(1e-3)
+            if "bad-update" in mode and name == "h.6.mlp.c_fc.weight":
+                value *= 1.5
+            np.save(updates / f"{name}.npy", value)
     if "exit-after-outputs" in mode:  # every output is whole, but the run did not succeed
         print("fake: exiting 1 after writing every output", file=sys.stderr, flush=True)
         sys.exit(1)
