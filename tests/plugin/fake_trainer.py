@@ -21,11 +21,13 @@ the layout. Its behaviour comes from the case id (the last part of --case):
     loss-at-atol / loss-above-atol / loss-at-rtol / loss-above-rtol  step 2's loss (4.75) moved
                  by exactly ATOL / LOSS_RTOL * 4.75 (both 2**-14), or the next float64 above; written to
                  steps.jsonl at full precision
-    run-json     run.json also holds an environment, the layout as text and the schedule run
+    run-json     run.json holds a layout of the trainer's choosing (PP 2, layers 3 + 5), an
+                 environment, the layout as text and the schedule run
     from-step-2  logs steps 2.. only (a resumed run)
     bad-update   with --dump_parameter_updates: h.6.mlp.c_fc.weight's update scaled by 1.5
+    fatal-line   prints a FATAL line after its steps, and exits 0 (a backend's `problem`)
 With --dump_parameter_updates DIR it writes every parameter's change over the run there, as the
-bundled trainer does.
+bundled trainer does; with --save DIR, an (empty) DIR/checkpoint_step_<last step, 6 digits>.
 Anything else matches the reference exactly. With FAKE_RECORD_DIR set it appends its lease
 (slots, start, end, port) and every reference run to JSON-lines files there, and the pid and
 argv of every process it starts (itself included) to pids.jsonl.
@@ -90,6 +92,7 @@ def main():
     parser.add_argument("--pipeline_parallel", type=int, default=1)
     parser.add_argument("--pipeline_layer_partition", default=None)
     parser.add_argument("--dump_parameter_updates", default="")
+    parser.add_argument("--save", default="")
     args, _unknown = parser.parse_known_args()
     mode = args.case.rsplit("/", 1)[-1]
     started = time.time()
@@ -128,12 +131,14 @@ def main():
         layout = resolve_layout(LAYERS, args.pipeline_parallel,
                                 partition=args.pipeline_layer_partition)
         (out / "run.json").write_text(json.dumps({"layout": layout.to_dict()}))
-    if "run-json" in mode:
-        run = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
-        run.update(environment={"trainer": "fake-1", "world_size": args.world_size},
-                   layout_text=f"fake layout over {args.pipeline_parallel} stage(s)",
-                   parallel={"schedule": "GPipe"})
-        (out / "run.json").write_text(json.dumps(run))
+    if "run-json" in mode:  # a trainer that chose its own partition, and says so
+        from harness.layout import resolve_layout
+
+        chosen = resolve_layout(LAYERS, 2, partition="3,5")
+        (out / "run.json").write_text(json.dumps({
+            "layout": chosen.to_dict(), "parallel": {"schedule": "GPipe"},
+            "environment": {"trainer": "fake-1", "world_size": args.world_size},
+            "layout_text": "fake layout: stage 0 layers 0-2, stage 1 layers 3-7"}))
     exact_steps = []
     for step in range(2 if "from-step-2" in mode else 1, args.num_iteration + 1):
         loss = 5.0 - 0.125 * step
@@ -147,6 +152,8 @@ def main():
         print(f"step {step:4d}/{args.num_iteration} | train loss {loss:.6f} | lr 1.00e-04 | "
               f"(1.0 ms | {1000 * args.world_size} tok/s | peak used: {10 + args.world_size} MB | "
               f"DP=1, TP=1, PP={args.pipeline_parallel})", flush=True)
+    if "fatal-line" in mode:
+        print("FATAL fake: planted fatal log line after the last step", flush=True)
     if mode.startswith("loss-"):  # the step lines round to 6 decimals: the exact losses
         (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in exact_steps))
     if args.gradients_dir:
@@ -180,6 +187,8 @@ def main():
             if "bad-update" in mode and name == "h.6.mlp.c_fc.weight":
                 value *= 1.5
             np.save(updates / f"{name}.npy", value)
+    if args.save:
+        (Path(args.save) / f"checkpoint_step_{args.num_iteration:06d}").mkdir(parents=True)
     if "exit-after-outputs" in mode:  # every output is whole, but the run did not succeed
         print("fake: exiting 1 after writing every output", file=sys.stderr, flush=True)
         sys.exit(1)

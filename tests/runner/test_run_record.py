@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from harness.cases import load_config
+from harness.compare.verdict import update_threshold
 from harness.launch import CommandBackend
 from harness.runner import CaseRunner, Settings
 from harness.spec.llmc.checkpoint import parameter_shapes, write_checkpoint
@@ -29,9 +30,9 @@ PP2_LAYOUT = [[0, 0, 4], [1, 4, 8]]  # 8 fake layers over two stages
 
 
 class Foreign(CommandBackend):
-    """The fake trainer as another project's trainer, with the two questions a backend may
-    answer (InfiniTrain's does): from which step a run's losses count, and which flags leave
-    no comparable gradients."""
+    """The fake trainer as another project's trainer, with what a backend may add (InfiniTrain's
+    does): from which step a run's losses count, which flags leave no comparable gradients, and
+    a problem found in outputs although the run exited 0 (here: a FATAL log line)."""
 
     def first_step(self, flags: dict) -> int:
         return int(flags.get("first_step", 1))
@@ -40,6 +41,13 @@ class Foreign(CommandBackend):
         if int(flags.get("tensor_parallel", 1)) > 1:
             return f"not dumped by {model} under tensor parallelism"
         return None
+
+    def collect(self, spec, result):
+        outputs = super().collect(spec, result)
+        fatal = [l for l in result.stdout.read_text().splitlines() if l.startswith("FATAL")]
+        if fatal:
+            outputs.problem = f"a fatal log line: {fatal[0]}"
+        return outputs
 
 
 class Bundled(CommandBackend):
@@ -57,47 +65,70 @@ FOREIGN_CASES = [
     {"id": "from-step-2", "args": {"first_step": 2}},
     {"id": "bad-loss-from-step-2", "args": {"first_step": 2}},
     {"id": "no-grads", "args": {"tensor_parallel": 2}},
+    {"id": "bad-grad-loss-only", "args": PP2, "compare": {"gradients": False}},
+    {"id": "bad-loss-gradients-only", "args": PP2, "compare": {"loss": False}},
+    {"id": "fatal-line", "args": PP2},
+    # Checkpoint and resume: a resume case runs after its saver, or is skipped when it failed.
+    {"id": "save", "args": {"save": "ck/a"}},
+    {"id": "crash-save", "args": {"save": "ck/b"}},
+    {"id": "resume", "args": {"load": "ck/a/checkpoint_step_000003"}},
+    {"id": "resume-crashed", "args": {"load": "ck/b/checkpoint_step_000003"}},
 ]
 ONE_DEVICE_CASES = [{"id": "exit-after-outputs", "args": {}}]
 TOPOLOGY_CASES = [{"id": "ok", "args": PP2}]
 NO_REFERENCE_GRADS = [{"id": "ok", "args": {}}]
 BUNDLED_CASES = [{"id": "ok", "args": PP2}, {"id": "bad-update", "args": PP2}]
+GOLDEN_CASES = [{"id": "ok", "args": PP2}]
 
+# What a command template may name beyond the fake config's own: all of it reaches the run.
+MORE_PLACEHOLDERS = ["--port", "{port}", "--checkpoint", "{checkpoint}", "--input_bin",
+                     "{input_bin}", "--device", "{device}"]
 
 # As deep as the fake trainer's model, so the harness knows the layers a layout places.
 GPT2 = GPT2Config(block_size=4, vocab_size=8, n_layer=8, n_head=1, n_embd=2, padded_vocab_size=8)
 
 
-def _runner(folder: Path, groups, backend_class) -> tuple[CaseRunner, dict]:
-    folder.mkdir(parents=True)
-    write_checkpoint(folder / "gpt2.bin", GPT2, {name: np.zeros(shape, np.float32)
-                                                  for name, shape in parameter_shapes(GPT2).items()})
-    (folder / "gpt2_tokens.bin").write_bytes(b"tokens" * 8)
+def _runner(folder: Path, groups, backend_class, **settings) -> tuple[CaseRunner, dict]:
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "gpt2.bin").is_file():
+        write_checkpoint(folder / "gpt2.bin", GPT2, {
+            name: np.zeros(shape, np.float32) for name, shape in parameter_shapes(GPT2).items()})
+        (folder / "gpt2_tokens.bin").write_bytes(b"tokens" * 8)
     data = fake_config(None, groups=groups)
     (folder / "cases.json").write_text(json.dumps(data))
     config = load_config(folder / "cases.json")
-    template = data["trainer"]["command"]
+    template = data["trainer"]["command"] + MORE_PLACEHOLDERS
     backend = backend_class(template, version="fake-1", base_dir=folder)
-    settings = Settings(session_id="s1", session_dir=folder / "session",
-                        reference_root=folder / "references", lease_dir=folder / "leases",
-                        slots=2, device="cpu", timeout_s=60)
+    settings = Settings(**{"session_id": "s1", "session_dir": folder / "session",
+                           "reference_root": folder / "references", "lease_dir": folder / "leases",
+                           "slots": 2, "device": "cpu", "timeout_s": 60, **settings})
     return CaseRunner(config, settings, backend=backend), {c.name: c for c in config.cases}
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    """Every case run once (about 20 launches of the fake trainer); name -> (outcome, runner)."""
+    """Every case run once (about 30 launches of the fake trainer, 10 s); name -> (outcome,
+    runner). Golden records: one runner writes them, a second (another session) reads them."""
     root = tmp_path_factory.mktemp("run-record")
     found = {}
-    for folder, groups, backend in (
+    for folder, groups, backend, settings in (
         ("foreign", [{"tag": "fake", "tests": FOREIGN_CASES},
                      {"tag": "one", "tests": ONE_DEVICE_CASES},
                      {"tag": "topo", "reference": PP2, "tests": TOPOLOGY_CASES},
                      {"tag": "reftp", "reference": {"tensor_parallel": 2},
-                      "tests": NO_REFERENCE_GRADS}], Foreign),
-        ("bundled", [{"tag": "fake", "tests": BUNDLED_CASES}], Bundled),
+                      "tests": NO_REFERENCE_GRADS}], Foreign, {}),
+        ("bundled", [{"tag": "fake", "tests": BUNDLED_CASES}], Bundled, {}),
+        ("golden-write", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
+         {"golden_write_dir": root / "golden"}),
+        ("golden-read", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
+         {"golden_dir": root / "golden", "golden_allow_mismatch": True}),
     ):
-        runner, cases = _runner(root / folder, groups, backend)
+        if folder == "golden-read":  # as if recorded on a GPU machine: accepted, and said
+            for golden in (root / "golden").glob("*/golden.json"):
+                data = json.loads(golden.read_text())
+                data["fingerprint"]["device"] = "cuda"
+                golden.write_text(json.dumps(data))
+        runner, cases = _runner(root / folder, groups, backend, **settings)
         for name, case in cases.items():
             found[f"{folder}:{name}"] = (runner.run(case, nodeid=f"cases.json::{name}"), runner)
     return found
@@ -132,8 +163,14 @@ def test_a_passing_case_has_every_field_of_its_run(records):
     assert record["command"][:3] == [sys.executable, str(FAKE_TRAINER), "--case"]
     assert record["command"][3] == "fake/gpt2/ok"
     assert "--pipeline_parallel=2" in record["command"]
-    assert record["command"][record["command"].index("--gradients_dir") + 1] == str(
-        out / "gradients")
+    after = {a: record["command"][i + 1] for i, a in enumerate(record["command"][:-1])
+             if a.startswith("--") and "=" not in a}
+    assert after["--gradients_dir"] == str(out / "gradients")
+    assert 1024 < int(after["--port"]) < 65536  # a free port, for the run's rendezvous
+    assert after["--checkpoint"] == str(runner.config.path.parent / "gpt2.bin")
+    assert after["--input_bin"] == str(runner.config.path.parent / "gpt2_tokens.bin")
+    assert (after["--device"], after["--model"], after["--world_size"]) == ("cpu", "gpt2", "2")
+    assert (after["--output_dir"], after["--log_dir"]) == (str(out), str(out / "logs"))
     assert (record["returncode"], record["timed_out"], record["failing_rank"]) == (0, False, None)
     assert record["logs"] == {
         "launcher_stdout": str(out / "logs" / "launcher.stdout"),
@@ -153,6 +190,7 @@ def test_a_passing_case_has_every_field_of_its_run(records):
     assert record["dumps"] == {"policy": "failed", "kept": False, "bytes": 3344,
                                "removed_bytes": 3344}  # 19 arrays of 4 x 3 float32 in .npy
     assert not (out / "gradients").exists()  # a passing case's dumps are removed
+    assert record["disk_bytes"] == sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     assert record["disk_bytes"] > 0
     _timings_are_sane(record)
 
@@ -212,6 +250,7 @@ def test_a_crash_names_the_rank_and_diffs_nothing(records):
     assert (record["returncode"], record["failing_rank"]) == (3, "1")
     assert (record["loss"], record["gradients"], record["dumps"]) == (None, None, None)
     assert record["losses"] == [] and record["reference_losses"] is None
+    assert record["layout"]["chunks"] == PP2_LAYOUT  # no run.json: the one the flags ask for
     assert "compare_s" not in record["timings"]  # nothing was compared
 
 
@@ -228,9 +267,11 @@ def test_what_the_run_says_of_itself_is_recorded(records):
     outcome, record, _ = _record(records, "foreign:fake/gpt2/run-json")
     assert outcome.status == "passed"
     assert record["environment"] == {"trainer": "fake-1", "world_size": 2}
-    assert record["layout_text"] == "fake layout over 2 stage(s)"
+    assert record["layout_text"] == "fake layout: stage 0 layers 0-2, stage 1 layers 3-7"
     assert record["parallel"]["schedule"] == "GPipe"
-    assert record["layout"]["chunks"] == [[0, 0, 4], [1, 4, 8]]
+    assert record["layout"]["chunks"] == [[0, 0, 3], [1, 3, 8]]  # not the planned 4 + 4
+    assert {w["name"]: w["stage"] for w in record["gradients"]["worst"]}[
+        "h.3.mlp.c_fc.weight"] == "1"  # and the diff places layers by it
 
 
 def test_a_layout_a_foreign_trainer_would_get_wrong_is_refused_before_launch(records):
@@ -286,6 +327,63 @@ def test_the_bundled_trainer_also_compares_what_the_run_ends_with(records):
     assert record["gradients"]["ok"] is True  # the gradients match ...
     updates = record["gradients"]["parameter_updates"]  # ... what the step did does not
     assert (updates["ok"], updates["mismatched"]) == (False, 1)
-    assert updates["worst"][0]["name"] == "h.6.mlp.c_fc.weight"
+    assert (updates["worst"][0]["name"], updates["worst"][0]["stage"]) == (
+        "h.6.mlp.c_fc.weight", "1")
+    assert updates["relative"]["threshold"] == update_threshold("float32")
+    assert "parameter updates: mismatched 1 of 19 parameters" in outcome.message
     assert "parameter updates" in outcome.message and "h.6.mlp.c_fc.weight" in outcome.message
     assert (out / "updates" / "h.6.mlp.c_fc.weight.npy").is_file()  # kept: the case failed
+
+
+def test_what_a_case_does_not_compare_is_not_compared(records):
+    outcome, record, _ = _record(records, "foreign:fake/gpt2/bad-grad-loss-only")
+    assert outcome.status == "passed"  # its planted gradient difference is not looked at
+    assert record["gradients"] is None
+    assert record["dumps"] == {"policy": "failed", "kept": False, "bytes": 0, "removed_bytes": 0}
+    assert record["command"][record["command"].index("--gradients_dir") + 1] == ""
+    assert record["loss"]["ok"] is True
+    outcome, record, _ = _record(records, "foreign:fake/gpt2/bad-loss-gradients-only")
+    assert outcome.status == "passed"
+    assert record["loss"] is None and record["gradients"]["ok"] is True
+    assert record["losses"] == [4.875, 4.75, 4.635]  # recorded, though not compared
+    assert record["reference_losses"] == [4.875, 4.75, 4.625]
+
+
+def test_a_problem_the_backend_finds_fails_a_run_that_exited_0(records):
+    outcome, record, _ = _record(records, "foreign:fake/gpt2/fatal-line")
+    assert outcome.status == "failed"
+    assert record["returncode"] == 0
+    assert record["reason"] == ("fake/gpt2/fatal-line: the run failed: a fatal log line: FATAL "
+                                "fake: planted fatal log line after the last step")
+    assert record["loss"] is None  # not diffed
+
+
+def test_a_resume_case_runs_after_its_saver_and_is_skipped_when_it_failed(records):
+    _, saved, runner = _record(records, "foreign:fake/gpt2/save")
+    _, crashed, _ = _record(records, "foreign:fake/gpt2/crash-save")
+    root = runner.settings.session_dir / "checkpoints" / "gpt2" / "ck"
+    assert saved["flags"]["save"] == str(root / "a")  # moved under the session
+    assert json.loads((root / "a" / ".harness-done.json").read_text()) == {"ok": True}
+    assert json.loads((root / "b" / ".harness-done.json").read_text()) == {"ok": False}
+    outcome, record, _ = _record(records, "foreign:fake/gpt2/resume")
+    assert outcome.status == "passed", outcome.message
+    assert record["flags"]["load"] == str(root / "a" / "checkpoint_step_000003")
+    outcome, record, _ = _record(records, "foreign:fake/gpt2/resume-crashed")
+    assert (outcome.status, record["status"]) == ("skipped", "skipped")
+    assert record["reason"] == (f"resumes from {root / 'b' / 'checkpoint_step_000003'}, but the "
+                                f"run that saves {root / 'b'} failed")
+    assert record["command"] is None and record["errors"] == []
+
+
+def test_a_golden_reference_from_another_environment_is_used_and_said(records):
+    _, written, runner = _record(records, "golden-write:fake/gpt2/ok")
+    assert written["reference"]["golden"] is None
+    golden_root = runner.settings.golden_write_dir
+    folders = [p for p in golden_root.iterdir() if not p.name.startswith(".")]
+    assert len(folders) == 1
+    outcome, record, _ = _record(records, "golden-read:fake/gpt2/ok")
+    assert outcome.status == "passed", outcome.message
+    ref = record["reference"]
+    assert (ref["golden"], ref["path"], ref["built"]) == (str(folders[0]), str(folders[0]), False)
+    assert ref["golden_mismatch"] == {"device": ["cuda", "cpu"]}
+    assert ref["key"] == written["reference"]["key"] and ref["command"] is None
