@@ -278,10 +278,9 @@ class CaseRunner:
                 lines += [line.replace("gradients", "parameter updates", 1)
                           for line in gradient_lines(changes)]
         timings.compare_s = time.time() - t
-        record.dumps = settle_dumps(spec.gradients_dir, bool(ok),
-                                      getattr(self.settings, "keep_dumps", "failed"))
+        record.dumps = settle_dumps(spec.gradients_dir, bool(ok), self.settings.keep_dumps)
         if updates:
-            settle_dumps(out / "updates", bool(ok), getattr(self.settings, "keep_dumps", "failed"))
+            settle_dumps(out / "updates", bool(ok), self.settings.keep_dumps)
         record.disk_bytes = folder_bytes(spec.output_dir)
         if ok:
             return Outcome("passed", "")

@@ -121,7 +121,7 @@ def records(tmp_path_factory):
         ("golden-write", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
          {"golden_write_dir": root / "golden"}),
         ("golden-read", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
-         {"golden_dir": root / "golden", "golden_allow_mismatch": True}),
+         {"golden_dir": root / "golden", "golden_allow_mismatch": True, "keep_dumps": "all"}),
     ):
         if folder == "golden-read":  # as if recorded on a GPU machine: accepted, and said
             for golden in (root / "golden").glob("*/golden.json"):
@@ -387,3 +387,6 @@ def test_a_golden_reference_from_another_environment_is_used_and_said(records):
     assert (ref["golden"], ref["path"], ref["built"]) == (str(folders[0]), str(folders[0]), False)
     assert ref["golden_mismatch"] == {"device": ["cuda", "cpu"]}
     assert ref["key"] == written["reference"]["key"] and ref["command"] is None
+    # --harness-keep-dumps all (this session's): a passing case's dumps stay too
+    assert (record["dumps"]["policy"], record["dumps"]["kept"]) == ("all", True)
+    assert (Path(record["output_dir"]) / "gradients" / "wte.weight.npy").is_file()
