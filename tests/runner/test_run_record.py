@@ -218,6 +218,7 @@ def test_a_trusted_reference_topology_is_its_own_key_and_named(records):
     assert outcome.status == "passed"
     ref = record["reference"]
     assert ref["topology"] == {"pipeline_parallel": 2}
+    assert (record["gradients"]["ok"], record["gradients"]["parameters"]) == (True, 19)
     assert ref["built"] is True and ref["key"] != one_device["reference"]["key"]
     assert ref["command"][ref["command"].index("--world_size") + 1] == "2"
     assert "--pipeline_parallel=2" in ref["command"]
