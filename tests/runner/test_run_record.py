@@ -50,7 +50,7 @@ class Foreign(CommandBackend):
         return outputs
 
 
-class Bundled(CommandBackend):
+class Bundled(Foreign):
     """The fake trainer in the bundled trainer's place: resolved flags, parameter updates."""
 
     name = "harness"
@@ -77,7 +77,8 @@ FOREIGN_CASES = [
 ONE_DEVICE_CASES = [{"id": "exit-after-outputs", "args": {}}]
 TOPOLOGY_CASES = [{"id": "ok", "args": PP2}, {"id": "no-grads", "args": {"tensor_parallel": 2}}]
 NO_REFERENCE_GRADS = [{"id": "ok", "args": {}}]
-BUNDLED_CASES = [{"id": "ok", "args": PP2}, {"id": "bad-update", "args": PP2}]
+BUNDLED_CASES = [{"id": "ok", "args": PP2}, {"id": "bad-update", "args": PP2},
+                 {"id": "no-grads", "args": {"tensor_parallel": 2}}]
 GOLDEN_CASES = [{"id": "ok", "args": PP2}]
 
 # What a command template may name beyond the fake config's own: all of it reaches the run.
@@ -117,7 +118,8 @@ def records(tmp_path_factory):
                      {"tag": "topo", "reference": PP2, "tests": TOPOLOGY_CASES},
                      {"tag": "reftp", "reference": {"tensor_parallel": 2},
                       "tests": NO_REFERENCE_GRADS}], Foreign, {}),
-        ("bundled", [{"tag": "fake", "tests": BUNDLED_CASES}], Bundled, {}),
+        # "cuda": the device reaches the run (the fake trainer needs none)
+        ("bundled", [{"tag": "fake", "tests": BUNDLED_CASES}], Bundled, {"device": "cuda"}),
         ("golden-write", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
          {"golden_write_dir": root / "golden"}),
         ("golden-read", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
@@ -322,6 +324,8 @@ def test_the_bundled_trainer_also_compares_what_the_run_ends_with(records):
     assert outcome.status == "passed", outcome.message
     out = runner.settings.session_dir / "cases" / "fake" / "gpt2" / "ok"
     assert record["flags"]["dump_parameter_updates"] == str(out / "updates")
+    assert record["device"] == "cuda"
+    assert record["command"][record["command"].index("--device") + 1] == "cuda"
     updates = record["gradients"]["parameter_updates"]
     assert (updates["ok"], updates["parameters"], updates["mismatched"]) == (True, 19, 0)
     assert not (out / "updates").exists() and not (out / "gradients").exists()  # passed
@@ -396,3 +400,12 @@ def test_a_golden_reference_from_another_environment_is_used_and_said(records):
     # --harness-keep-dumps all (this session's): a passing case's dumps stay too
     assert (record["dumps"]["policy"], record["dumps"]["kept"]) == ("all", True)
     assert (Path(record["output_dir"]) / "gradients" / "wte.weight.npy").is_file()
+
+
+def test_no_parameter_updates_are_dumped_where_gradients_are_not_compared(records):
+    outcome, record, _ = _record(records, "bundled:fake/gpt2/no-grads")
+    assert outcome.status == "passed", outcome.message
+    assert record["gradients"] == {"compared": False,
+                                   "reason": "not dumped by gpt2 under tensor parallelism"}
+    assert "dump_parameter_updates" not in record["flags"]
+    assert not any("dump_parameter_updates" in a for a in record["command"])
