@@ -240,6 +240,9 @@ def test_a_mismatch_fails_with_the_parameter_stage_and_files(records):
     grads = record["gradients"]
     assert (grads["ok"], grads["mismatched"]) == (False, 1)
     assert grads["worst"][0]["name"] == "h.5.attn.c_proj.weight"
+    # GPT-2's tied embedding is placed on both ends: the model reaches the locator
+    assert grads["per_layer"][0] == {"layer": "embedding", "stage": "0+1", "max_abs_diff": 0.0,
+                                     "mismatched": 0, "parameters": 2}
     assert record["dumps"] == {"policy": "failed", "kept": True, "bytes": 3344,
                                "removed_bytes": 0}
     assert (out / "gradients" / "h.5.attn.c_proj.weight.npy").is_file()  # kept to look at
@@ -340,6 +343,7 @@ def test_the_bundled_trainer_also_compares_what_the_run_ends_with(records):
     assert (updates["worst"][0]["name"], updates["worst"][0]["stage"]) == (
         "h.6.mlp.c_fc.weight", "1")
     assert updates["relative"]["threshold"] == update_threshold("float32")
+    assert updates["per_layer"][0]["stage"] == "0+1"  # the tied embedding, as for gradients
     assert "parameter updates: mismatched 1 of 19 parameters" in outcome.message
     assert "parameter updates" in outcome.message and "h.6.mlp.c_fc.weight" in outcome.message
     assert (out / "updates" / "h.6.mlp.c_fc.weight.npy").is_file()  # kept: the case failed
