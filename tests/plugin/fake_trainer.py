@@ -25,6 +25,7 @@ the layout. Its behaviour comes from the case id (the last part of --case):
                  environment, the layout as text and the schedule run
     from-step-2  logs steps 2.. only (a resumed run)
     bad-update   with --dump_parameter_updates: h.6.mlp.c_fc.weight's update scaled by 1.5
+    no-logs      writes no per-rank log (its stdout and stderr are all there is)
     fatal-line   prints a FATAL line after its steps, and exits 0 (a backend's `problem`)
 With --dump_parameter_updates DIR it writes every parameter's change over the run there, as the
 bundled trainer does; with --save DIR, an (empty) DIR/checkpoint_step_<last step, 6 digits>.
@@ -99,7 +100,7 @@ def main():
     out, logs = Path(args.output_dir), Path(args.log_dir)
     out.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
-    for rank in range(args.world_size):
+    for rank in range(0 if "no-logs" in mode else args.world_size):
         (logs / f"rank{rank}.log").write_text(f"rank {rank} of {args.world_size} starting\n")
     record("pids", {"case": args.case, "pid": os.getpid(), "argv": sys.argv})
     if args.case == "reference":

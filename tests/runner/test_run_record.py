@@ -74,7 +74,7 @@ FOREIGN_CASES = [
     {"id": "resume", "args": {"load": "ck/a/checkpoint_step_000003"}},
     {"id": "resume-crashed", "args": {"load": "ck/b/checkpoint_step_000003"}},
 ]
-ONE_DEVICE_CASES = [{"id": "exit-after-outputs", "args": {}}]
+ONE_DEVICE_CASES = [{"id": "exit-after-outputs", "args": {}}, {"id": "no-logs", "args": {}}]
 TOPOLOGY_CASES = [{"id": "ok", "args": PP2}, {"id": "no-grads", "args": {"tensor_parallel": 2}}]
 NO_REFERENCE_GRADS = [{"id": "ok", "args": {}}]
 BUNDLED_CASES = [{"id": "ok", "args": PP2}, {"id": "bad-update", "args": PP2},
@@ -169,6 +169,8 @@ def test_a_passing_case_has_every_field_of_its_run(records):
              if a.startswith("--") and "=" not in a}
     assert after["--gradients_dir"] == str(out / "gradients")
     assert 1024 < int(after["--port"]) < 65536  # a free port, for the run's rendezvous
+    # ... issued through the session's record, so no other case of the session gets it
+    assert int(after["--port"]) in json.loads((session / "ports" / "ports.json").read_text())
     assert after["--checkpoint"] == str(runner.config.path.parent / "gpt2.bin")
     assert after["--input_bin"] == str(runner.config.path.parent / "gpt2_tokens.bin")
     assert (after["--device"], after["--model"], after["--world_size"]) == ("cpu", "gpt2", "2")
@@ -413,3 +415,11 @@ def test_no_parameter_updates_are_dumped_where_gradients_are_not_compared(record
                                    "reason": "not dumped by gpt2 under tensor parallelism"}
     assert "dump_parameter_updates" not in record["flags"]
     assert not any("dump_parameter_updates" in a for a in record["command"])
+
+
+def test_one_process_without_rank_logs_has_its_launcher_output_as_rank_0(records):
+    outcome, record, runner = _record(records, "foreign:one/gpt2/no-logs")
+    assert outcome.status == "passed", outcome.message
+    logs = runner.settings.session_dir / "cases" / "one" / "gpt2" / "no-logs" / "logs"
+    assert record["logs"]["ranks"] == {"0": [str(logs / "launcher.stdout"),
+                                             str(logs / "launcher.stderr")]}
