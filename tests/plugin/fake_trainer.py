@@ -154,7 +154,7 @@ def main():
               f"(1.0 ms | {1000 * args.world_size} tok/s | peak used: {10 + args.world_size} MB | "
               f"DP=1, TP=1, PP={args.pipeline_parallel})", flush=True)
     if "fatal-line" in mode:
-        print("FATAL fake: planted fatal log line after the last step", flush=True)
+        print("FATAL fake: rank 1: planted fatal log line after the last step", flush=True)
     if mode.startswith("loss-"):  # the step lines round to 6 decimals: the exact losses
         (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in exact_steps))
     if args.gradients_dir:

@@ -8,6 +8,7 @@ made of; the mutation run (benchmarks/mutation.py) showed that nothing else pinn
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -44,10 +45,19 @@ class Foreign(CommandBackend):
 
     def collect(self, spec, result):
         outputs = super().collect(spec, result)
-        fatal = [l for l in result.stdout.read_text().splitlines() if l.startswith("FATAL")]
+        fatal = self._fatal(result)
         if fatal:
-            outputs.problem = f"a fatal log line: {fatal[0]}"
+            outputs.problem = f"a fatal log line: {fatal}"
         return outputs
+
+    def failing_rank(self, spec, result):  # the rank a fatal line names, as InfiniTrain's
+        match = re.search(r"rank (\d+):", self._fatal(result) or "")
+        return match.group(1) if match else super().failing_rank(spec, result)
+
+    @staticmethod
+    def _fatal(result) -> str | None:
+        lines = result.stdout.read_text().splitlines()
+        return next((line for line in lines if line.startswith("FATAL")), None)
 
 
 class Bundled(Foreign):
@@ -369,8 +379,10 @@ def test_a_problem_the_backend_finds_fails_a_run_that_exited_0(records):
     outcome, record, _ = _record(records, "foreign:fake/gpt2/fatal-line")
     assert outcome.status == "failed"
     assert record["returncode"] == 0
-    assert record["reason"] == ("fake/gpt2/fatal-line: the run failed: a fatal log line: FATAL "
-                                "fake: planted fatal log line after the last step")
+    assert record["reason"] == (
+        "fake/gpt2/fatal-line: the run failed: rank 1 of 2 failed first; a fatal log line: "
+        "FATAL fake: rank 1: planted fatal log line after the last step")
+    assert record["failing_rank"] == "1"  # what the backend read in the run's output
     assert record["loss"] is None  # not diffed
 
 
