@@ -111,6 +111,10 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
         ("cut shortXX", "unreachable, as above"),
         ("CUT SHORT", "unreachable, as above"),
     )),
+    (f"harness.runner.case_runner.x{SEP}CaseRunner{SEP}_run__mutmut_*", "ok = loss.ok",
+     "ok is True before the loss's verdict, the first one taken: True & x is x"),
+    (f"harness.runner.case_runner.x{SEP}CaseRunner{SEP}_run__mutmut_*", "lines = loss_lines(loss)",
+     "lines is empty before the loss's lines, the first ones added: [] + x is x"),
     *(("harness.compare.render.x_*_lines__mutmut_*", f"_some(diff.{items}, None)",
        "_some writes markdown only for MARKDOWN; any other value, None included, is text")
       for items in ("nonfinite", "missing", "extra")),

@@ -250,7 +250,7 @@ class CaseRunner:
         ok = True
         ref_steps = read_jsonl(reference.steps_file)
         first = self.first_step(flags)
-        ref_steps = [s for s in ref_steps if int(s.get("step", 0)) >= first]
+        ref_steps = [s for s in ref_steps if int(s["step"]) >= first]  # as compare_losses reads it
         record.reference_losses = [s.get("loss") for s in ref_steps]
         relative = relative_thresholds(case.flags.get("dtype"))  # the scale-free verdict
         if case.compare.loss:

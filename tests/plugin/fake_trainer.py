@@ -26,9 +26,13 @@ the layout. Its behaviour comes from the case id (the last part of --case):
     from-step-2  logs steps 2.. only (a resumed run)
     bad-update   with --dump_parameter_updates: h.6.mlp.c_fc.weight's update scaled by 1.5
     no-logs      writes no per-rank log (its stdout and stderr are all there is)
+    scale-free-loss  step 2's loss up by 8e-6: within atol 1e-5, over float32's 1e-6 relative
+    rounding-update  ln_f.weight's update (about 1e-6 per element, as a norm weight's is) moved
+                 by one float32 step at 1.0 (2**-23): rounding that UPDATE_RESOLUTION allows
     fatal-line   prints a FATAL line after its steps, and exits 0 (a backend's `problem`)
 With --dump_parameter_updates DIR it writes every parameter's change over the run there, as the
-bundled trainer does; with --save DIR, an (empty) DIR/checkpoint_step_<last step, 6 digits>.
+bundled trainer does; with --own_updates, an unrelated `updates` folder in its output; with
+--save DIR, an (empty) DIR/checkpoint_step_<last step, 6 digits>.
 Anything else matches the reference exactly. With FAKE_RECORD_DIR set it appends its lease
 (slots, start, end, port) and every reference run to JSON-lines files there, and the pid and
 argv of every process it starts (itself included) to pids.jsonl.
@@ -94,6 +98,7 @@ def main():
     parser.add_argument("--pipeline_layer_partition", default=None)
     parser.add_argument("--dump_parameter_updates", default="")
     parser.add_argument("--save", default="")
+    parser.add_argument("--own_updates", default="")
     args, _unknown = parser.parse_known_args()
     mode = args.case.rsplit("/", 1)[-1]
     started = time.time()
@@ -155,7 +160,9 @@ def main():
               f"DP=1, TP=1, PP={args.pipeline_parallel})", flush=True)
     if "fatal-line" in mode:
         print("FATAL fake: rank 1: planted fatal log line after the last step", flush=True)
-    if mode.startswith("loss-"):  # the step lines round to 6 decimals: the exact losses
+    if "scale-free-loss" in mode:  # within atol (1e-5), over float32's scale-free 1e-6
+        exact_steps[1]["loss"] += 8e-6
+    if mode.startswith("loss-") or "scale-free-loss" in mode:  # the step lines round to 6 decimals: the exact losses
         (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in exact_steps))
     if args.gradients_dir:
         grads = Path(args.gradients_dir)
@@ -185,9 +192,16 @@ def main():
         updates.mkdir(parents=True, exist_ok=True)
         for name in parameter_names(args.model):
             value = gradient(name, args.seed + 1) * np.float32(1e-3)
+            if name == "ln_f.weight":  # a norm weight near 1.0 moves by a few float32 steps
+                value *= np.float32(1e-3)
+                if "rounding-update" in mode:
+                    value[0, 0] += np.float32(2.0**-23)  # one step: rounding, not a bug
             if "bad-update" in mode and name == "h.6.mlp.c_fc.weight":
                 value *= 1.5
             np.save(updates / f"{name}.npy", value)
+    if args.own_updates:  # a trainer's own folder that happens to be called "updates"
+        (out / "updates").mkdir(exist_ok=True)
+        np.save(out / "updates" / "junk.npy", np.zeros(3, np.float32))
     if args.save:
         (Path(args.save) / f"checkpoint_step_{args.num_iteration:06d}").mkdir(parents=True)
     if "exit-after-outputs" in mode:  # every output is whole, but the run did not succeed

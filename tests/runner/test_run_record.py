@@ -78,6 +78,8 @@ FOREIGN_CASES = [
     {"id": "bad-grad-loss-only", "args": PP2, "compare": {"gradients": False}},
     {"id": "bad-loss-gradients-only", "args": PP2, "compare": {"loss": False}},
     {"id": "fatal-line", "args": PP2},
+    {"id": "scale-free-loss", "args": PP2},
+    {"id": "own-updates-folder", "args": {"own_updates": 1}},
     # Checkpoint and resume: a resume case runs after its saver, or is skipped when it failed.
     {"id": "save", "args": {"save": "ck/a"}},
     {"id": "crash-save", "args": {"save": "ck/b"}},
@@ -88,7 +90,8 @@ ONE_DEVICE_CASES = [{"id": "exit-after-outputs", "args": {}}, {"id": "no-logs", 
 TOPOLOGY_CASES = [{"id": "ok", "args": PP2}, {"id": "no-grads", "args": {"tensor_parallel": 2}}]
 NO_REFERENCE_GRADS = [{"id": "ok", "args": {}}]
 BUNDLED_CASES = [{"id": "ok", "args": PP2}, {"id": "bad-update", "args": PP2},
-                 {"id": "no-grads", "args": {"tensor_parallel": 2}}]
+                 {"id": "no-grads", "args": {"tensor_parallel": 2}},
+                 {"id": "rounding-update", "args": PP2}]
 GOLDEN_CASES = [{"id": "ok", "args": PP2}]
 
 # What a command template may name beyond the fake config's own: all of it reaches the run.
@@ -435,3 +438,30 @@ def test_one_process_without_rank_logs_has_its_launcher_output_as_rank_0(records
     logs = runner.settings.session_dir / "cases" / "one" / "gpt2" / "no-logs" / "logs"
     assert record["logs"]["ranks"] == {"0": [str(logs / "launcher.stdout"),
                                              str(logs / "launcher.stderr")]}
+
+
+def test_a_loss_within_atol_but_over_the_scale_free_threshold_fails(records):
+    outcome, record, _ = _record(records, "foreign:fake/gpt2/scale-free-loss")
+    assert outcome.status == "failed"
+    loss = record["loss"]
+    assert (loss["elementwise_ok"], loss["relative"]["ok"], loss["ok"]) == (True, False, False)
+    assert loss["relative"]["threshold"] == 1e-6 and loss["relative"]["worst_step"] == 2
+    assert "loss (scale-free): worst |got-ref|/max(|ref|,1)" in outcome.message
+
+
+def test_a_foreign_trainers_own_updates_folder_is_not_taken_for_parameter_updates(records):
+    outcome, record, runner = _record(records, "foreign:fake/gpt2/own-updates-folder")
+    assert outcome.status == "passed", outcome.message
+    assert (Path(record["reference"]["path"]) / "updates" / "junk.npy").is_file()
+    assert "parameter_updates" not in record["gradients"]
+
+
+def test_an_update_moved_by_float32_rounding_passes(records):
+    outcome, record, _ = _record(records, "bundled:fake/gpt2/rounding-update")
+    assert outcome.status == "passed", outcome.message
+    updates = record["gradients"]["parameter_updates"]
+    final_norm = next(p for p in updates["per_layer"] if p["layer"] == "final_norm")
+    assert final_norm["max_abs_diff"] == pytest.approx(2.0**-23, rel=1e-3)  # it did move
+    # ... by one step in an update of norm ~4e-6: a relative error of ~0.03 before the
+    # resolution (UPDATE_RESOLUTION per element) takes rounding out
+    assert updates["relative"]["ok"] is True
