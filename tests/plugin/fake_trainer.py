@@ -29,6 +29,9 @@ the layout. Its behaviour comes from the case id (the last part of --case):
     scale-free-loss  step 2's loss up by 8e-6: within atol 1e-5, over float32's 1e-6 relative
     rounding-update  ln_f.weight's update (about 1e-6 per element, as a norm weight's is) moved
                  by one float32 step at 1.0 (2**-23): rounding that UPDATE_RESOLUTION allows
+    small-update-diff  h.6.mlp.c_fc.weight's update 0.5 % off: over float32's scale-free update
+                 threshold (1e-3), within bfloat16's (2e-2)
+    corrupt-update  h.3.mlp.c_fc.weight's update file is a pickle (never loaded)
     fatal-line   prints a FATAL line after its steps, and exits 0 (a backend's `problem`)
 With --dump_parameter_updates DIR it writes every parameter's change over the run there, as the
 bundled trainer does; with --own_updates, an unrelated `updates` folder in its output; with
@@ -198,7 +201,12 @@ def main():
                     value[0, 0] += np.float32(2.0**-23)  # one step: rounding, not a bug
             if "bad-update" in mode and name == "h.6.mlp.c_fc.weight":
                 value *= 1.5
+            if "small-update-diff" in mode and name == "h.6.mlp.c_fc.weight":
+                value *= np.float32(1.005)
             np.save(updates / f"{name}.npy", value)
+            if "corrupt-update" in mode and name == "h.3.mlp.c_fc.weight":  # a pickle
+                np.save(updates / f"{name}.npy", np.full(value.shape, None, object),
+                        allow_pickle=True)
     if args.own_updates:  # a trainer's own folder that happens to be called "updates"
         (out / "updates").mkdir(exist_ok=True)
         np.save(out / "updates" / "junk.npy", np.zeros(3, np.float32))

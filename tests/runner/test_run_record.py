@@ -91,7 +91,10 @@ TOPOLOGY_CASES = [{"id": "ok", "args": PP2}, {"id": "no-grads", "args": {"tensor
 NO_REFERENCE_GRADS = [{"id": "ok", "args": {}}]
 BUNDLED_CASES = [{"id": "ok", "args": PP2}, {"id": "bad-update", "args": PP2},
                  {"id": "no-grads", "args": {"tensor_parallel": 2}},
-                 {"id": "rounding-update", "args": PP2}]
+                 {"id": "rounding-update", "args": PP2},
+                 {"id": "bad-grad", "args": PP2},
+                 {"id": "small-update-diff", "args": {"dtype": "bfloat16", **PP2}},
+                 {"id": "corrupt-update", "args": PP2}]
 GOLDEN_CASES = [{"id": "ok", "args": PP2}]
 
 # What a command template may name beyond the fake config's own: all of it reaches the run.
@@ -123,7 +126,8 @@ def _runner(folder: Path, groups, backend_class, **settings) -> tuple[CaseRunner
 def records(tmp_path_factory):
     """Every case run once (about 30 launches of the fake trainer, 10 s); name -> (outcome,
     runner). Golden records: one runner writes them, a second (another session) reads them."""
-    root = tmp_path_factory.mktemp("run-record")
+    # "gradients" in every path: a message about parameter updates must not rewrite paths
+    root = tmp_path_factory.mktemp("run-record-gradients")
     found = {}
     for folder, groups, backend, settings in (
         ("foreign", [{"tag": "fake", "tests": FOREIGN_CASES},
@@ -360,6 +364,9 @@ def test_the_bundled_trainer_also_compares_what_the_run_ends_with(records):
     assert updates["relative"]["threshold"] == update_threshold("float32")
     assert updates["per_layer"][0]["stage"] == "0+1"  # the tied embedding, as for gradients
     assert "parameter updates: mismatched 1 of 19 parameters" in outcome.message
+    # ... after the loss's and the gradients' own lines
+    assert "\n  loss: 3 of 3 steps within" in outcome.message
+    assert "\n  gradients: 19 of 19 parameters within" in outcome.message
     assert "parameter updates" in outcome.message and "h.6.mlp.c_fc.weight" in outcome.message
     assert (out / "updates" / "h.6.mlp.c_fc.weight.npy").is_file()  # kept: the case failed
 
@@ -465,3 +472,29 @@ def test_an_update_moved_by_float32_rounding_passes(records):
     # ... by one step in an update of norm ~4e-6: a relative error of ~0.03 before the
     # resolution (UPDATE_RESOLUTION per element) takes rounding out
     assert updates["relative"]["ok"] is True
+
+
+def test_updates_are_judged_after_the_gradients_not_instead(records):
+    outcome, record, _ = _record(records, "bundled:fake/gpt2/bad-grad")
+    assert outcome.status == "failed"
+    assert record["gradients"]["ok"] is False
+    assert record["gradients"]["parameter_updates"]["ok"] is True
+
+
+def test_the_update_threshold_is_the_cases_dtypes(records):
+    outcome, record, _ = _record(records, "bundled:fake/gpt2/small-update-diff")
+    assert outcome.status == "passed", outcome.message  # 0.5 % is within bfloat16's 2e-2
+    updates = record["gradients"]["parameter_updates"]
+    assert updates["relative"]["threshold"] == update_threshold("bfloat16")
+    assert 1e-3 < updates["relative"]["worst"] < 2e-2  # over float32's threshold, within bf16's
+
+
+def test_an_unreadable_update_is_named_and_its_path_left_alone(records):
+    outcome, record, runner = _record(records, "bundled:fake/gpt2/corrupt-update")
+    assert outcome.status == "failed"
+    path = (runner.settings.session_dir / "cases" / "fake" / "gpt2" / "corrupt-update" /
+            "updates" / "h.3.mlp.c_fc.weight.npy")
+    line = next(l for l in outcome.message.splitlines() if "cannot be read" in l)
+    assert line.startswith("  parameter updates: h.3.mlp.c_fc.weight: the run's gradient file "
+                           "cannot be read")
+    assert "gradients" in str(path) and str(path) in line  # only the heading was renamed
