@@ -137,6 +137,8 @@ def records(tmp_path_factory):
                       "tests": NO_REFERENCE_GRADS}], Foreign, {}),
         # "cuda": the device reaches the run (the fake trainer needs none)
         ("bundled", [{"tag": "fake", "tests": BUNDLED_CASES}], Bundled, {"device": "cuda"}),
+        ("bundled-keep-none", [{"tag": "fake", "tests": [{"id": "bad-update", "args": PP2}]}],
+         Bundled, {"keep_dumps": "none"}),
         ("golden-write", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
          {"golden_write_dir": root / "golden"}),
         ("golden-read", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
@@ -498,3 +500,11 @@ def test_an_unreadable_update_is_named_and_its_path_left_alone(records):
     assert line.startswith("  parameter updates: h.3.mlp.c_fc.weight: the run's gradient file "
                            "cannot be read")
     assert "gradients" in str(path) and str(path) in line  # only the heading was renamed
+
+
+def test_keep_dumps_none_removes_a_failed_cases_updates_too(records):
+    outcome, record, _ = _record(records, "bundled-keep-none:fake/gpt2/bad-update")
+    assert outcome.status == "failed"
+    assert (record["dumps"]["policy"], record["dumps"]["kept"]) == ("none", False)
+    out = Path(record["output_dir"])
+    assert not (out / "gradients").exists() and not (out / "updates").exists()
