@@ -255,7 +255,8 @@ def test_a_mismatch_fails_with_the_parameter_stage_and_files(records):
     assert record["errors"] == [outcome.message]
     text = outcome.message
     assert "h.5.attn.c_proj.weight" in text and "stage 1" in text
-    assert str(out) in text and record["reference"]["path"] in text
+    assert f"\nrun folder: {out}\n" in text
+    assert f"\nreference: {record['reference']['path']}\n" in text
     assert shlex.join(record["command"]) in text
     assert record["loss"]["ok"] is True
     grads = record["gradients"]
