@@ -137,17 +137,15 @@ def main():
     if args.pipeline_parallel > 1 or args.pipeline_layer_partition:
         from harness.layout import resolve_layout
 
-        layout = resolve_layout(LAYERS, args.pipeline_parallel,
-                                partition=args.pipeline_layer_partition)
-        (out / "run.json").write_text(json.dumps({"layout": layout.to_dict()}))
-    if "run-json" in mode:  # a trainer that chose its own partition, and says so
-        from harness.layout import resolve_layout
-
-        chosen = resolve_layout(LAYERS, 2, partition="3,5")
-        (out / "run.json").write_text(json.dumps({
-            "layout": chosen.to_dict(), "parallel": {"schedule": "GPipe"},
-            "environment": {"trainer": "fake-1", "world_size": args.world_size},
-            "layout_text": "fake layout: stage 0 layers 0-2, stage 1 layers 3-7"}))
+        # run-json: a trainer that chose its own partition, and says so
+        partition = "3,5" if "run-json" in mode else args.pipeline_layer_partition
+        run = {"layout": resolve_layout(LAYERS, args.pipeline_parallel,
+                                        partition=partition).to_dict()}
+        if "run-json" in mode:
+            run.update(parallel={"schedule": "GPipe"},
+                       environment={"trainer": "fake-1", "world_size": args.world_size},
+                       layout_text="fake layout: stage 0 layers 0-2, stage 1 layers 3-7")
+        (out / "run.json").write_text(json.dumps(run))
     exact_steps = []
     for step in range(2 if "from-step-2" in mode else 1, args.num_iteration + 1):
         loss = 5.0 - 0.125 * step
@@ -165,7 +163,8 @@ def main():
         print("FATAL fake: rank 1: planted fatal log line after the last step", flush=True)
     if "scale-free-loss" in mode:  # within atol (1e-5), over float32's scale-free 1e-6
         exact_steps[1]["loss"] += 8e-6
-    if mode.startswith("loss-") or "scale-free-loss" in mode:  # the step lines round to 6 decimals: the exact losses
+    # The step lines round to 6 decimals: the exact losses.
+    if mode.startswith("loss-") or "scale-free-loss" in mode:
         (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in exact_steps))
     if args.gradients_dir:
         grads = Path(args.gradients_dir)

@@ -155,6 +155,11 @@ def records(tmp_path_factory):
     return found
 
 
+def _value(command: list[str], option: str) -> str:
+    """The item after `option` in an argv list (the template's `--name {placeholder}` pairs)."""
+    return command[command.index(option) + 1]
+
+
 def _record(records, name):
     outcome, runner = records[name]
     assert outcome.record["status"] == outcome.status
@@ -228,7 +233,7 @@ def test_the_reference_is_built_once_per_key_and_recorded(records):
     assert (Path(ref["path"]) / "COMPLETE.json").is_file()
     # The reference's own command: case "reference", one process, no topology flag.
     assert ref["command"][:4] == [sys.executable, str(FAKE_TRAINER), "--case", "reference"]
-    assert ref["command"][ref["command"].index("--world_size") + 1] == "1"
+    assert _value(ref["command"], "--world_size") == "1"
     assert not any(a.startswith("--pipeline_parallel") for a in ref["command"])
     assert second["reference"]["command"] == ref["command"]
     assert (ref["topology"], ref["golden"], ref["golden_mismatch"]) == (None, None, None)
@@ -243,7 +248,7 @@ def test_a_trusted_reference_topology_is_its_own_key_and_named(records):
     assert ref["topology"] == {"pipeline_parallel": 2}
     assert (record["gradients"]["ok"], record["gradients"]["parameters"]) == (True, 19)
     assert ref["built"] is True and ref["key"] != one_device["reference"]["key"]
-    assert ref["command"][ref["command"].index("--world_size") + 1] == "2"
+    assert _value(ref["command"], "--world_size") == "2"
     assert "--pipeline_parallel=2" in ref["command"]
 
 
@@ -329,7 +334,7 @@ def test_gradients_a_trainer_cannot_give_are_not_compared_and_say_why(records):
     assert record["gradients"] == {"compared": False,
                                    "reason": "not dumped by gpt2 under tensor parallelism"}
     assert "--gradients_dir" in record["command"]
-    assert record["command"][record["command"].index("--gradients_dir") + 1] == ""
+    assert _value(record["command"], "--gradients_dir") == ""
     assert record["loss"]["ok"] is True
     # The run's own reason stands, whatever its reference topology could give.
     outcome, record, _ = _record(records, "foreign:topo/gpt2/no-grads")
@@ -350,7 +355,7 @@ def test_the_bundled_trainer_also_compares_what_the_run_ends_with(records):
     out = runner.settings.session_dir / "cases" / "fake" / "gpt2" / "ok"
     assert record["flags"]["dump_parameter_updates"] == str(out / "updates")
     assert record["device"] == "cuda"
-    assert record["command"][record["command"].index("--device") + 1] == "cuda"
+    assert _value(record["command"], "--device") == "cuda"
     updates = record["gradients"]["parameter_updates"]
     assert (updates["ok"], updates["parameters"], updates["mismatched"]) == (True, 19, 0)
     assert not (out / "updates").exists() and not (out / "gradients").exists()  # passed
@@ -379,7 +384,7 @@ def test_what_a_case_does_not_compare_is_not_compared(records):
     assert outcome.status == "passed"  # its planted gradient difference is not looked at
     assert record["gradients"] is None
     assert record["dumps"] == {"policy": "failed", "kept": False, "bytes": 0, "removed_bytes": 0}
-    assert record["command"][record["command"].index("--gradients_dir") + 1] == ""
+    assert _value(record["command"], "--gradients_dir") == ""
     assert record["loss"]["ok"] is True
     outcome, record, _ = _record(records, "foreign:fake/gpt2/bad-loss-gradients-only")
     assert outcome.status == "passed"
