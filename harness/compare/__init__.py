@@ -11,6 +11,8 @@ from .diff import (
 )
 from .locate import Locator
 from .render import gradient_lines, loss_lines
+from .tp_shards import ShardMatch, match_shard
 
-__all__ = ["GradientDiff", "Locator", "LossDiff", "ParameterDiff", "compare_gradients",
-           "compare_losses", "gradient_lines", "gradient_names", "loss_lines", "within"]
+__all__ = ["GradientDiff", "Locator", "LossDiff", "ParameterDiff", "ShardMatch",
+           "compare_gradients", "compare_losses", "gradient_lines", "gradient_names",
+           "loss_lines", "match_shard", "within"]

@@ -9,6 +9,11 @@ verdicts is computed in that one pass (`fastdiff.py`).
 
 Non-finite values in the run are mismatches (NaN never compares equal); missing and extra
 gradient names and shape changes are failures of their own. Plain numpy, no torch.
+
+Under tensor parallelism (`tensor_parallel` > 1) a sharded parameter's file is one TP rank's
+un-gathered slice: a file whose shape differs from the reference's is compared with the TP slice
+of the reference that fits it best (`tp_shards.match_shard`), and the record names that slice
+(`shard`); a file of the reference's shape (a replicated parameter) is compared whole.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from harness.spec.tolerance import Tolerance  # any object with atol / rtol does
 
-from .fastdiff import FileStats, ShapeError, UnreadableError, diff_files
+from .fastdiff import FileStats, ShapeError, UnreadableError, _load_got, diff_files, exact_stats
 from .locate import Locator, layer_of
+from .tp_shards import fused_qkv_groups, match_shard
 from .verdict import loss_relative_error, margin, passes, relative_error
 
 
@@ -123,6 +131,7 @@ class ParameterDiff:
     got_norm: float = 0.0  # ||got||_2 (inf / nan where the run is not finite)
     diff_norm: float = 0.0  # ||got - ref||_2
     resolution: float = 0.0  # per element: differences this small are rounding, not counted
+    shard: str | None = None  # TP: the reference slice the run's file was compared with
 
     @property
     def relative_error(self) -> float:
@@ -140,7 +149,7 @@ class ParameterDiff:
                 "relative_error": _json_float(self.relative_error),
                 "worst_index": list(self.worst_index), "worst_got": _json_float(self.worst_got),
                 "worst_ref": _json_float(self.worst_ref), "stage": self.stage,
-                "layer": self.layer}
+                "layer": self.layer, **({"shard": self.shard} if self.shard else {})}
 
     def summary(self) -> dict:
         """What the record keeps of every parameter (the dump itself may be deleted)."""
@@ -160,6 +169,12 @@ class GradientDiff:
     shape_errors: list[str] = field(default_factory=list)
     diffs: list[ParameterDiff] = field(default_factory=list)  # every compared parameter
     relative_threshold: float | None = None  # the scale-free verdict's; None: not applied
+    tensor_parallel: int = 1  # > 1: sharded files were compared with their TP slice
+
+    @property
+    def tp_slices(self) -> int:
+        """Parameters compared as a TP rank's slice of the reference."""
+        return sum(1 for d in self.diffs if d.shard)
 
     @property
     def mismatched(self) -> list[ParameterDiff]:
@@ -239,6 +254,7 @@ class GradientDiff:
                 "mismatched_elements": self.mismatched_elements,
                 "max_abs_diff": _json_float(self.max_abs_diff), "missing": self.missing,
                 "extra": self.extra, "shape_errors": self.shape_errors,
+                **({"tp_slices": self.tp_slices} if self.tensor_parallel > 1 else {}),
                 "worst": [d.to_dict() for d in self.worst(worst)],
                 "per_layer": self.per_layer(), "elementwise_ok": self.elementwise_ok,
                 "relative": self.relative_dict(),
@@ -260,14 +276,18 @@ def gradient_names(directory: str | Path) -> list[str]:
 
 def compare_gradients(got_dir: str | Path, ref_dir: str | Path, tol: Tolerance,
                       locator: Locator | None = None,
-                      relative: float | None = None, resolution: float = 0.0) -> GradientDiff:
+                      relative: float | None = None, resolution: float = 0.0,
+                      tensor_parallel: int = 1) -> GradientDiff:
     """Every reference gradient file against the run's; `relative` is the scale-free threshold
     on `||got - ref|| / ||ref||` per parameter (None: element-wise only); `resolution` the
-    per-element rounding of the values compared, not counted in it (parameter updates)."""
+    per-element rounding of the values compared, not counted in it (parameter updates);
+    `tensor_parallel` > 1: a file of another shape than the reference's is one TP rank's
+    un-gathered slice, compared with the slice of the reference that fits it best."""
     got_dir, ref_dir = Path(got_dir), Path(ref_dir)
     got_names = set(gradient_names(got_dir))  # none when the run wrote no folder
     ref_names = gradient_names(ref_dir)
-    diff = GradientDiff(tolerance=tol, parameters=len(ref_names), relative_threshold=relative)
+    diff = GradientDiff(tolerance=tol, parameters=len(ref_names), relative_threshold=relative,
+                        tensor_parallel=tensor_parallel)
     diff.missing = [n for n in ref_names if n not in got_names]
     diff.extra = sorted(got_names - set(ref_names))
     for name in ref_names:
@@ -280,15 +300,42 @@ def compare_gradients(got_dir: str | Path, ref_dir: str | Path, tol: Tolerance,
             diff.shape_errors.append(f"{name}: the run's gradient file cannot be read ({error})")
             continue
         except ShapeError as error:
-            diff.shape_errors.append(f"{name}: {error}")
-            continue
+            shard = None
+            if tensor_parallel > 1:
+                try:
+                    shard = _tp_shard(got_dir, ref_dir, name, tensor_parallel)
+                except UnreadableError as unreadable:
+                    diff.shape_errors.append(
+                        f"{name}: the run's gradient file cannot be read ({unreadable})")
+                    continue
+            if shard is None:
+                diff.shape_errors.append(f"{name}: {error}")
+                continue
+            stats = exact_stats(shard.compared, shard.reference, tol.atol, tol.rtol)
+        else:
+            shard = None
         parameter = _parameter(name, stats)
+        if shard is not None:
+            parameter.shard = shard.describe()
         parameter.resolution = resolution
         if locator is not None:
             parameter.stage, parameter.layer = locator.locate(name)
             parameter.stages = locator.stages(name)
         diff.diffs.append(parameter)
     return diff
+
+
+def _tp_shard(got_dir: Path, ref_dir: Path, name: str, tp: int):
+    """The TP slice of the reference the run's file of `name` holds (None: none fits). The
+    fused c_attn's q / k / v groups come from its weight's reference shape (GQA-aware)."""
+    got = _load_got(got_dir / f"{name}.npy")
+    ref = np.load(ref_dir / f"{name}.npy", allow_pickle=False)
+    groups = None
+    if name.endswith("attn.c_attn.weight") or name.endswith("attn.c_attn.bias"):
+        weight = ref_dir / f"{name.rsplit('.', 1)[0]}.weight.npy"
+        if weight.exists():
+            groups = fused_qkv_groups(tuple(np.load(weight, mmap_mode="r").shape))
+    return match_shard(got, ref, tp, groups)
 
 
 def _parameter(name: str, s: FileStats) -> ParameterDiff:
