@@ -9,6 +9,7 @@ Data (records in, facts out; no markdown):
     session_diff.py            two sessions matched by case: status changes, speed, settings
     throughput.py              layout groups: tokens/s of cases differing only in layout
     noise.py                   is a throughput difference outside the timed steps' spread
+    steps.py                   the step number of each loss (a resumed run starts late)
     values.py                  tolerant number reading and cell formats
 
 Writing (markdown, figures, files):

@@ -44,7 +44,7 @@ def view(record: dict) -> CaseView:
     vpp = _int(layout.get("vpp"), _int(parallel.get("vpp"), 1))
     # "auto": the bundled trainer picks the schedule that fits the layout; another trainer
     # (InfiniTrain) runs its own and does not say which.
-    foreign = record.get("trainer") not in (None, "harness")
+    foreign = is_foreign(record)
     schedule = (parallel.get("schedule") or flags.get("pipeline_schedule")
                 or (("its own" if foreign else "auto") if pp > 1 else "–"))
     return CaseView(
@@ -58,6 +58,36 @@ def view(record: dict) -> CaseView:
         peak_memory_mb=number(record.get("peak_memory_mb")),
         wall_s=number(section(record, "timings").get("run_s")),  # the launch; None: never ran
     )
+
+
+BUNDLED = "harness"  # the record's `trainer` for the bundled PyTorch trainer
+
+
+def trainer_of(record: dict) -> str:
+    """The record's `trainer`; a harness.result/1 record (no `trainer`) ran the bundled one."""
+    return str(record.get("trainer") or BUNDLED)
+
+
+def is_foreign(record: dict) -> bool:
+    """Run by a trainer other than the bundled one (InfiniTrain's binaries, a command): no
+    torch, no gloo, no ru_maxrss; its `environment` is null and its memory its own figure."""
+    return trainer_of(record) != BUNDLED
+
+
+def session_trainers(records: list[dict], header: dict | None = None) -> list[str]:
+    """The trainers a session's cases ran, bundled first; from the header's `trainer` when no
+    record says (a session with no result yet); [] when nothing says."""
+    names = {trainer_of(r) for r in records}
+    fact = (header or {}).get("trainer")
+    if not names and isinstance(fact, dict) and fact.get("name"):
+        names = {str(fact["name"])}
+    return sorted(names, key=lambda n: (n != BUNDLED, n))
+
+
+def foreign_only(records: list[dict], header: dict | None = None) -> bool:
+    """True when every case of the session ran a foreign trainer (torch facts do not apply)."""
+    names = session_trainers(records, header)
+    return bool(names) and BUNDLED not in names
 
 
 def _int(value, default: int) -> int:

@@ -8,7 +8,16 @@ from harness.compare import render
 from harness.compare.render import gradient_markdown, loss_markdown
 from harness.results.records import STATUSES
 
-from .case_view import CaseView, environment_facts, status_counts
+from .case_view import (
+    BUNDLED,
+    CaseView,
+    environment_facts,
+    foreign_only,
+    is_foreign,
+    session_trainers,
+    status_counts,
+    trainer_of,
+)
 from .reading import Session
 from .throughput import LayoutGroup
 from .values import NA, g, md_escape, number, percent, section, tolerance_text, whole
@@ -35,6 +44,14 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
             finished = (f"{last} (the last result; the session's end was not recorded)" if last
                         else "not recorded (the session did not finish)")
     devices = sorted({str(r.get("device")) for r in session.records if r.get("device")})
+    trainer = h.get("trainer") if isinstance(h.get("trainer"), dict) else {}
+    if not devices and trainer.get("device"):  # no record yet: the header says
+        devices = [str(trainer["device"])]
+    # torch and gloo are the bundled trainer's: a session of foreign trainers only (InfiniTrain's
+    # binaries) names its trainer and build instead.
+    bundled = not foreign_only(session.records, h)
+    gloo = any(not is_foreign(r) and str(r.get("device")) == "cpu" for r in session.records) \
+        or (bundled and not session.records)
 
     def listed(key: str) -> str:
         if not facts[key] and h.get(key):  # no run recorded it: the session header's value
@@ -42,10 +59,15 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
         return ", ".join(facts[key]) if facts[key] else "not recorded"
 
     lines = [f"# Harness report: session {session.label}", ""]
-    rows = [
-        ("when", f"{started or 'not recorded'} → {finished or 'not recorded'}"),
-        ("torch", listed("torch") + (f" (CUDA {listed('cuda')})" if facts["cuda"] else "")),
-        ("device", _device_text(devices, facts["device_name"])),
+    rows = [("when", f"{started or 'not recorded'} → {finished or 'not recorded'}")]
+    if trainer or not bundled:
+        rows.append(("trainer", trainer_text(trainer, session_trainers(session.records, h),
+                                             devices)))
+    if bundled:
+        rows.append(("torch", listed("torch")
+                     + (f" (CUDA {listed('cuda')})" if facts["cuda"] else "")))
+    rows += [
+        ("device", _device_text(devices, facts["device_name"], gloo)),
         ("driver", h.get("driver") or _driver_text(devices, listed("driver"))),
         ("host", listed("host")),
         ("config", h.get("config_path") or "not recorded"),
@@ -60,20 +82,45 @@ def header(session: Session, views: list[CaseView]) -> list[str]:
     if isinstance(h.get("args"), list):
         rows.append(("pytest arguments", " ".join(str(a) for a in h["args"]) or "(none)"))
     shown = {"driver", "config_path", "git_commit", "git_dirty", "started_at", "finished_at",
-             "format", "session", "collected", "torch", "args"}
+             "format", "session", "collected", "torch", "args", "trainer"}
     rows += [(k, v) for k, v in h.items() if k not in shown and isinstance(v, (str, int, float))]
     lines += [f"- **{k}**: {md_escape(v)}" for k, v in rows]
     return lines + [""]
 
 
-def _device_text(devices: list[str], names: list[str]) -> str:
-    """"cuda: NVIDIA H100"; on CPU what a device slot is, not "cpu: cpu"."""
+def trainer_text(fact: dict, names: list[str], devices: list[str]) -> str:
+    """"infinitrain (build infinitrain-3f2a..., /path/build), device cpu": the session header's
+    `trainer`; without one (older sessions) the records' trainers, build not recorded."""
+    def described(name: str, version, build_dir) -> str:
+        build = [f"build {version}" if version else None, str(build_dir) if build_dir else None]
+        build = [b for b in build if b]
+        if build:
+            return f"{name} ({', '.join(build)})"
+        if name == BUNDLED:
+            return f"{name} (the bundled PyTorch trainer)"
+        return f"{name} (build not recorded)"
+
+    if fact.get("name"):
+        text = described(str(fact["name"]), fact.get("version"), fact.get("build_dir"))
+        others = [n for n in names if n != str(fact["name"])]
+        if others:
+            text += f"; records also name {', '.join(others)}"
+        device = fact.get("device") or ", ".join(devices)
+    else:
+        text = ", ".join(described(n, None, None) for n in names) or "not recorded"
+        device = ", ".join(devices)
+    return text + (f", device {device}" if device else "")
+
+
+def _device_text(devices: list[str], names: list[str], gloo: bool = True) -> str:
+    """"cuda: NVIDIA H100"; on CPU what a device slot is, not "cpu: cpu" (for the bundled
+    trainer a gloo process; a foreign trainer's slots are its own)."""
     if not devices:
         return "not recorded"
     parts = []
     for device in devices:
         if device == "cpu":
-            parts.append("CPU (each device slot a gloo process)")
+            parts.append("CPU (each device slot a gloo process)" if gloo else "CPU")
         else:
             named = [n for n in names if n != "cpu"]
             parts.append(f"{device}: {', '.join(named)}" if named else device)
@@ -188,27 +235,65 @@ def margin_cell(record: dict, key: str) -> str:
     return f"{mark}{shown}× ({g(worst)} vs {g(threshold)}{where})"
 
 
+HARNESS_MEMORY_LABEL = "peak MB (CPU: process RSS)"
+FOREIGN_MEMORY_LABEL = "peak MB (trainer's own figure)"
+NO_FIGURE = "—"  # a foreign trainer's 0 MB: its CPU build measures nothing
+INFINITRAIN_CPU_ZERO = "InfiniTrain's CPU build reports peak used: 0 MB"
+
+
+def memory_cell(v: CaseView) -> str:
+    """The peak MB cell: a foreign trainer's 0 (InfiniTrain's CPU build prints
+    `peak used: 0 MB`) is no measurement, shown as NO_FIGURE with the table's footnote."""
+    if is_foreign(v.record) and v.peak_memory_mb == 0:
+        return NO_FIGURE
+    return whole(v.peak_memory_mb)
+
+
+def _memory_header_and_note(views: list[CaseView]) -> tuple[str, str]:
+    bundled = [v for v in views if not is_foreign(v.record)]
+    foreign = [v for v in views if is_foreign(v.record)]
+    on_cpu = any(str(v.record.get("device")) == "cpu" for v in bundled)
+    harness_note = (" Peak MB: on CUDA the allocator's peak; on CPU the process's peak resident "
+                    "memory (ru_maxrss), mostly the torch runtime (~300 MB), not the model."
+                    if on_cpu else " Peak MB: the CUDA allocator's peak (max_memory_allocated).")
+    if not foreign:
+        return (HARNESS_MEMORY_LABEL if on_cpu else "peak MB"), harness_note
+    names = sorted({trainer_of(v.record) for v in foreign})
+    note = (f" Peak MB of {', '.join(names)}: the trainer's own figure, as it prints it "
+            "(InfiniTrain: the `peak used` of its step lines), not measured by the harness.")
+    zeros = [v for v in foreign if memory_cell(v) == NO_FIGURE]
+    if zeros:
+        infinitrain_cpu = any(trainer_of(v.record) == "infinitrain"
+                              and str(v.record.get("device")) == "cpu" for v in zeros)
+        note += (f" {NO_FIGURE}: the trainer reported 0 MB, no figure"
+                 + (f" ({INFINITRAIN_CPU_ZERO})." if infinitrain_cpu else "."))
+    if not bundled:
+        return FOREIGN_MEMORY_LABEL, note
+    label = ("peak MB (CPU: process RSS; other trainers: their own figure)" if on_cpu
+             else "peak MB (other trainers: their own figure)")
+    return label, harness_note.replace(" Peak MB:", f" Peak MB of the bundled trainer "
+                                                   f"({BUNDLED}):", 1) + note
+
+
 def cases_table(views: list[CaseView]) -> list[str]:
-    on_cpu = any(str(v.record.get("device")) == "cpu" for v in views)
+    memory_label, memory_note = _memory_header_and_note(views)
     headers = ["case", "layout", "DP", "TP", "PP", "VPP", "schedule", "dtype",
                "loss max |Δ| (atol, rtol)", "grad max |Δ| (atol, rtol)",
                "loss margin: threshold / max |Δ|/max(|loss|,1)",
                "grad margin: threshold / max ‖Δ‖/‖ref‖", "tokens/s",
-               "peak MB (CPU: process RSS)" if on_cpu else "peak MB", "wall s", "status"]
+               memory_label, "wall s", "status"]
     rows = [[f"`{v.name}`", v.layout, v.dp,
              f"{v.tp}{'+SP' if v.sequence_parallel else ''}", v.pp, v.vpp, v.schedule,
              v.dtype, diff_cell(v.record, "loss"), diff_cell(v.record, "gradients"),
              margin_cell(v.record, "loss"), margin_cell(v.record, "gradients"),
-             whole(v.tokens_per_s), whole(v.peak_memory_mb), g(v.wall_s),
+             whole(v.tokens_per_s), memory_cell(v), g(v.wall_s),
              STATUS_MARK.get(v.status, v.status)] for v in views]
     note = ("Layout: layers per stage (`3,5`), or per chunk in global order as `stage:layers` "
             "when stages hold several chunks. Wall time: the launched run, from start to exit. "
             "Margin: how many times below its threshold the scale-free verdict's worst value "
             "is (> 1 passes, ✗ below 1 fails); a case fails when either the element-wise "
             "check (every element within `atol + rtol·|ref|`) or the scale-free one fails."
-            + (" Peak MB: on CUDA the allocator's peak; on CPU the process's peak resident "
-               "memory (ru_maxrss), mostly the torch runtime (~300 MB), not the model."
-               if on_cpu else " Peak MB: the CUDA allocator's peak (max_memory_allocated)."))
+            + memory_note)
     return ["## Cases", "", note, "", *table(rows, headers), ""]
 
 
@@ -267,6 +352,10 @@ CPU_THROUGHPUT_WARNING = (
     "> **On CPU these numbers say little**: every device slot is a gloo process sharing the "
     "machine's cores (and other users' load), so layout differences measured here need not "
     "hold on GPUs; `docs/benchmarks.md` has measured comparisons.")
+# The same for a foreign trainer's CPU build (no gloo: its device slots are its own).
+FOREIGN_CPU_THROUGHPUT_WARNING = (
+    "> **On CPU these numbers say little**: the runs share the machine's cores (and other "
+    "users' load), so layout differences measured here need not hold on GPUs.")
 
 
 def throughput(groups: list[LayoutGroup]) -> list[str]:
@@ -279,8 +368,11 @@ def throughput(groups: list[LayoutGroup]) -> list[str]:
              "Spread: two standard errors of the mean step time over the timed steps; a "
              "difference is called faster or slower only when it is outside the band of the "
              "two spreads, otherwise it is within noise.", ""]
-    if any(str(m.record.get("device")) == "cpu" for g_ in groups for m in g_.members):
+    on_cpu = [m for g_ in groups for m in g_.members if str(m.record.get("device")) == "cpu"]
+    if any(not is_foreign(m.record) for m in on_cpu):
         lines += [CPU_THROUGHPUT_WARNING, ""]
+    elif on_cpu:
+        lines += [FOREIGN_CPU_THROUGHPUT_WARNING, ""]
     for group in groups:
         base = group.baseline
         note = (f"relative to the uniform layout `{base.layout}`" if group.baseline_kind == "uniform"

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .case_view import CaseView  # noqa: E402
+from .steps import reference_steps, run_steps  # noqa: E402
 from .values import number, section  # noqa: E402
 
 _TINY = 1e-12  # a log axis cannot show an exact 0 difference
@@ -47,32 +48,50 @@ def series_styles(n: int) -> list[dict]:
              "linestyle": _LINES[(i // 20) % len(_LINES)]} for i in range(n)]
 
 
+def reference_line(references: list[list[tuple[int, float | None]]]
+                   ) -> list[tuple[int, float | None]]:
+    """One grey line from the cases' references, by step: the longest reference's values, and
+    the steps only another reference covers (a resumed run's reference starts late); a step
+    only ever recorded as missing stays a gap."""
+    line: dict[int, float | None] = {}
+    for ref in sorted(references, key=len, reverse=True):
+        for step, value in ref:
+            if line.get(step) is None:
+                line[step] = value
+    return sorted(line.items())
+
+
 def loss_figure(model: str, cases: list[CaseView], path: Path) -> Path | None:
     """None when no case of the model recorded both its losses and its reference's.
+
+    Every loss is drawn at its own step (harness.report.steps: a resumed run's first loss is
+    its checkpoint's step + 1, not 1).
 
     Top: the reference as a grey line, each run's loss as its own hollow marker and colour at
     the exact step, one size smaller per run (runs that match show as concentric rings on it). Bottom: |loss - reference| per step on a log
     axis against the tolerance; series are spread a little along x so coincident points stay
     visible; an exact 0 is drawn on the labelled "exactly 0" row at the bottom."""
-    plotted = [(c, _series(c.record.get("losses")), _series(c.record.get("reference_losses")))
-               for c in cases]
-    plotted = [(c, got, ref) for c, got, ref in plotted if got and ref]
+    plotted = []
+    for c in cases:  # (case, [(step, loss)], [(step, reference loss)]), at the steps recorded
+        got = list(zip(run_steps(c.record), _series(c.record.get("losses"))))
+        ref = list(zip(reference_steps(c.record), _series(c.record.get("reference_losses"))))
+        if got and ref:
+            plotted.append((c, got, ref))
     if not plotted:
         return None
     styles = series_styles(len(plotted))
     rows = max(6.5, 3.2 + 0.18 * len(plotted))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, rows), sharex=True,
                                       gridspec_kw={"height_ratios": [1, 1.3]})
-    reference = max((ref for _, _, ref in plotted), key=len)
-    steps = range(1, len(reference) + 1)
-    top.plot(steps, [math.nan if v is None else v for v in reference], color="0.6", lw=2.5,
-             zorder=1, label="single-device reference")
-    diffs_of = []
+    reference = reference_line([ref for _, _, ref in plotted])
+    top.plot([s for s, _ in reference], [math.nan if v is None else v for _, v in reference],
+             color="0.6", lw=2.5, zorder=1, label="single-device reference")
+    diffs_of = []  # per case: [(step, |loss - reference|)], NaN where either is missing
     for case, got, ref in plotted:
-        n = min(len(got), len(ref))
-        diffs_of.append([abs(got[i] - ref[i]) if got[i] is not None and ref[i] is not None
-                         else math.nan for i in range(n)])
-    nonzero = [d for diffs in diffs_of for d in diffs if d == d and d > 0]
+        at = dict(ref)
+        diffs_of.append([(step, abs(v - at[step]) if v is not None and at.get(step) is not None
+                          else math.nan) for step, v in got])
+    nonzero = [d for diffs in diffs_of for _, d in diffs if d == d and d > 0]
     floor = min(nonzero) / 100 if nonzero else 1e-12
     spread = 0.3 / max(1, len(plotted) - 1) if len(plotted) > 1 else 0.0
     tolerances = set()
@@ -83,13 +102,14 @@ def loss_figure(model: str, cases: list[CaseView], path: Path) -> Path | None:
                     lw=1.0 if case.status == "passed" else 2.0)
         # Top: at the exact step, hollow and one size smaller per run, so runs that match the
         # reference show as concentric rings on it.
-        top.plot(range(1, len(got) + 1), [math.nan if v is None else v for v in got],
+        top.plot([step for step, _ in got], [math.nan if v is None else v for _, v in got],
                  linestyle="none", marker=style["marker"], markerfacecolor="none",
                  markeredgecolor=style["color"], markeredgewidth=1.2,
                  markersize=5 + min(1.2, 16 / len(plotted)) * (len(plotted) - 1 - k),
                  zorder=2 + k)
-        bottom.plot([i + 1 + dx for i in range(len(diffs))],
-                    [max(d, floor) if d == d else math.nan for d in diffs], label=label, **line)
+        bottom.plot([step + dx for step, _ in diffs],
+                    [max(d, floor) if d == d else math.nan for _, d in diffs], label=label,
+                    **line)
         atol = number(section(section(case.record, "tolerances"), "loss").get("atol"))
         if atol:
             tolerances.add(atol)

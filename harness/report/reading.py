@@ -19,6 +19,9 @@ from harness.results.session import HEADER_NAME  # optional; docs/results_format
 from harness.results.session import SESSION_FORMAT as HEADER_FORMAT
 
 RESULTS_NAME = "results.jsonl"
+# Keys a report reads that older records (and, until the record type has them, every record)
+# lack: the step number of each loss (harness.report.steps). Null when absent, like any key.
+STEP_FIELDS = ("steps", "reference_steps")
 DEFAULT_ROOT = Path("reports") / "harness"  # the plugin's default --harness-output
 
 
@@ -163,7 +166,7 @@ def _parse(line: str) -> tuple[str | None, dict | None]:
         if not all(parts):
             return "no case name (name, or tag / model / case_id)", None
         data["name"] = "/".join(parts)
-    record = {key: data.get(key) for key in FIELDS}
+    record = {key: data.get(key) for key in (*FIELDS, *STEP_FIELDS)}
     record["errors"] = record["errors"] or []
     for key in ("tag", "model", "case_id"):  # derivable from the name tag/model/id
         if not record[key]:

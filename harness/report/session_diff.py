@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .case_view import CaseView
+from .case_view import CaseView, foreign_only
 from .noise import Judgement, judge
 
 BAD = ("failed", "error")
@@ -66,8 +66,9 @@ SETTINGS_OPTIONS = ("--gpus", "-n", "--harness-device", "--harness-launcher", "-
 
 def settings_differences(old: dict, new: dict, old_records: list[dict],
                          new_records: list[dict]) -> list[tuple[str, str, str]]:
-    """Session settings that differ: pytest options (from each header's arguments), torch,
-    driver, config, devices and hosts (from the records)."""
+    """Session settings that differ: pytest options (from each header's arguments), torch
+    (unless neither session ran the bundled trainer), the trainer's build (the headers'
+    `trainer`), driver, config, devices and hosts (from the records)."""
     diffs = []
     old_args, new_args = old.get("args"), new.get("args")
     if isinstance(old_args, list) and isinstance(new_args, list):
@@ -75,10 +76,18 @@ def settings_differences(old: dict, new: dict, old_records: list[dict],
             a, b = _option(old_args, name), _option(new_args, name)
             if a != b:
                 diffs.append((name, a or "not given", b or "not given"))
-    for key in ("torch", "driver", "config_path"):
+    torch_applies = not (foreign_only(old_records, old) and foreign_only(new_records, new))
+    for key in ("torch", "driver", "config_path") if torch_applies else ("driver", "config_path"):
         a, b = old.get(key), new.get(key)
         if a and b and a != b:
             diffs.append((key.replace("_", " "), str(a), str(b)))
+
+    old_trainer, new_trainer = (h.get("trainer") if isinstance(h.get("trainer"), dict) else {}
+                                for h in (old, new))
+    for key, what in (("name", "trainer"), ("version", "trainer build")):
+        a, b = old_trainer.get(key), new_trainer.get(key)
+        if a and b and a != b:
+            diffs.append((what, str(a), str(b)))
 
     def seen(records, get):
         return ", ".join(sorted({str(v) for v in map(get, records) if v})) or "not recorded"

@@ -7,7 +7,11 @@ Written by the controller process only (never by an xdist worker): once collecti
 Every write replaces the file whole (write a temporary file, then rename).
 
     format, session, started_at, finished_at, config_path, git_commit, git_dirty, driver,
-    torch, collected (case names tag/model/id), args (the pytest command line arguments)
+    torch, collected (case names tag/model/id), args (the pytest command line arguments),
+    trainer (the backend that ran the cases, see TRAINER_FIELDS; null in older headers)
+
+`torch` is the controller's installed torch: a fact about the bundled trainer only (a report
+of a session that ran only a foreign trainer, e.g. InfiniTrain's binaries, leaves it out).
 
 Facts that cannot be found (no git, no nvidia-smi, no torch) are null.
 """
@@ -26,7 +30,11 @@ from typing import Sequence
 SESSION_FORMAT = "harness.session/1"
 HEADER_NAME = "session.json"
 HEADER_FIELDS = ("format", "session", "started_at", "finished_at", "config_path", "git_commit",
-                 "git_dirty", "driver", "torch", "collected", "args")
+                 "git_dirty", "driver", "torch", "collected", "args", "trainer")
+# `trainer`: {"name": "harness" | "infinitrain" | "command", "version": the trainer's version
+# (InfiniTrain: its build's content hash, "infinitrain-3f2a..."), or null, "build_dir": its
+# build folder, or null, "device": "cpu" | "cuda"}.
+TRAINER_FIELDS = ("name", "version", "build_dir", "device")
 _TIMEOUT_S = 10.0
 
 
@@ -74,13 +82,24 @@ def torch_version() -> str | None:
 
 
 def new_header(session: str, started_at: str, config_path: str | os.PathLike | None,
-               root: str | os.PathLike, args: Sequence[str]) -> dict:
-    """The header with the facts found now; `collected` empty, `finished_at` null."""
+               root: str | os.PathLike, args: Sequence[str],
+               trainer: dict | None = None) -> dict:
+    """The header with the facts found now; `collected` empty, `finished_at` null. `trainer`:
+    the backend's {name, version, build_dir, device} (trainer_fact), or None when unknown."""
     commit, dirty = git_facts(root)
     return {"format": SESSION_FORMAT, "session": session, "started_at": started_at,
             "finished_at": None, "config_path": str(config_path) if config_path else None,
             "git_commit": commit, "git_dirty": dirty, "driver": driver_version(),
-            "torch": torch_version(), "collected": [], "args": [str(a) for a in args]}
+            "torch": torch_version(), "collected": [], "args": [str(a) for a in args],
+            "trainer": trainer_fact(**trainer) if trainer is not None else None}
+
+
+def trainer_fact(name: str, version: str | None = None,
+                 build_dir: str | os.PathLike | None = None, device: str | None = None) -> dict:
+    """The header's `trainer`: {name, version, build_dir, device}, JSON-safe (paths as text)."""
+    return {"name": str(name), "version": str(version) if version is not None else None,
+            "build_dir": str(build_dir) if build_dir is not None else None,
+            "device": str(device) if device is not None else None}
 
 
 def write_header(folder: str | os.PathLike, header: dict) -> Path:
