@@ -178,6 +178,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         s["header"]["finished_at"] = now()
         write_header(s["session_dir"], s["header"])
         record_last_session(s["session_dir"])  # python -m harness.report finds it from anywhere
+        results = s["session_dir"] / "results.jsonl"
+        if results.is_file():  # checkpoints go as the other dumps of passing cases go
+            from harness.results import read_results
+            from harness.runner.checkpoints import settle_checkpoints
+
+            settle_checkpoints(read_results(results), config.getoption("--harness-keep-dumps"))
         max_gb = config.getoption("--harness-reference-cache-max-gb")
         if max_gb and max_gb > 0:
             from harness.reference.prune import prune

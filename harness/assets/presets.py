@@ -43,5 +43,9 @@ PRESETS: dict[str, Preset] = {
         # A heavy head (vocab 8K against width 256) as real LMs have, for throughput and
         # pipeline-balancing benchmarks.
         _preset("bench", "throughput benchmarks", train_tokens=1024 * 1024, val_tokens=64 * 1024),
+        # Chosen by default for the infinitrain backend: what InfiniTrain master's loaders accept
+        # (GPT-2 with 12 heads, LLaMA 3 with a 128256-token vocabulary), small for a CPU build.
+        _preset("infinitrain", "InfiniTrain's binaries (what master's loaders accept)",
+                train_tokens=64 * 1024, val_tokens=8 * 1024),
     ]
 }

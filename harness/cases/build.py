@@ -40,15 +40,21 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None) -> 
                 role: _path(base_dir, str(variables[name])) for role, name in names.items()},
                 variables=tuple(names.values()))
 
+    trainer_spec = data.get("trainer", {})
+    backend = overrides.backend or trainer_spec.get("backend") or \
+        ("infinitrain" if "BUILD_DIR" in variables else "harness")
     assets_spec = data.get("assets", {})
     assets = Assets(
-        preset=assets_spec.get("preset", "tiny"), seed=assets_spec.get("seed", 0),
+        # InfiniTrain's loaders refuse the tiny preset's files (docs/infinitrain.md)
+        preset=assets_spec.get("preset", "infinitrain" if backend == "infinitrain" else "tiny"),
+        seed=assets_spec.get("seed", 0),
         dir=(base_dir / assets_spec["dir"]) if "dir" in assets_spec else None,
     )
-    trainer_spec = data.get("trainer", {})
-    backend = overrides.backend or trainer_spec.get("backend", "harness")
-    build = overrides.build_dir or trainer_spec.get("build") or \
-        (variables.get("BUILD_DIR") if backend == "infinitrain" else None)
+    build, source = overrides.build_dir, "--infinitrain-build"
+    if not build and trainer_spec.get("build"):
+        build, source = trainer_spec["build"], "trainer.build"
+    if not build and backend == "infinitrain" and variables.get("BUILD_DIR"):
+        build, source = variables["BUILD_DIR"], "variable BUILD_DIR"
     try:
         trainer = TrainerSpec(
             backend=backend,
@@ -58,6 +64,7 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None) -> 
             env=tuple(sorted(trainer_spec.get("env", {}).items())),
             build_dir=_path(base_dir, str(build)) if build else None,
             launch=overrides.launch or trainer_spec.get("launch", "threads"),
+            build_source=source,
         )
     except ValueError as error:
         failer(["trainer"])(str(error))

@@ -81,6 +81,9 @@ class TrainerSpec:
     env: tuple[tuple[str, str], ...] = ()
     build_dir: Path | None = None  # infinitrain: the build folder
     launch: str = "threads"  # infinitrain: threads (one process) or infini_run
+    # Where build_dir came from, for messages: --infinitrain-build, trainer.build, or the
+    # config's BUILD_DIR variable (InfiniTrain's own config names its build that way).
+    build_source: str = "--infinitrain-build"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -63,9 +63,29 @@ class RunOutputs:
 
 
 class TrainerBackend(Protocol):
+    """What the case runner asks of a trainer, declared in full (no backend is probed for a
+    method it may lack)."""
+
     name: str
 
     def version(self) -> str: ...
+
+    def unsupported(self, model: str, flags: dict, world_size: int) -> str | None:
+        """Why this trainer build cannot run these flags at all (the case is skipped with it),
+        learned from the trainer itself before anything launches; None when it can."""
+
+    def gradients_unavailable(self, model: str, flags: dict) -> str | None:
+        """Why a run of these flags gives no comparable gradients, or None."""
+
+    def gradient_shards(self, flags: dict) -> int:
+        """1 when the dump holds whole gradients; else the TP degree its un-gathered shards
+        are cut by (harness.compare.tp_shards)."""
+
+    def first_step(self, flags: dict) -> int:
+        """The first step a run of these flags prints (a resumed run starts later)."""
+
+    def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
+        """Run it on this machine (several nodes and Slurm go through harness.launch.multinode)."""
 
     def command(self, spec: LaunchSpec) -> list[str]: ...
 
@@ -92,6 +112,32 @@ def base_environment(spec: LaunchSpec, extra: dict[str, str] | None = None) -> d
         # One process per virtual device: keep each to one thread, or N ranks fight for cores.
         env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+def run_command(backend: TrainerBackend, spec: LaunchSpec, settings) -> ProcessResult:
+    """A backend's command, in its working folder, with the session's timeout."""
+    from .process import run_process
+
+    return run_process(backend.command(spec), backend.environment(spec), settings.timeout_s,
+                       spec.log_dir / "launcher.stdout", spec.log_dir / "launcher.stderr",
+                       cwd=backend.working_dir(spec))
+
+
+class WholeGradientsFromStart:
+    """The answers of a trainer that runs whatever flags it is given from step 1 and dumps
+    whole (gathered) gradients: the bundled trainer, and a command trainer by its contract."""
+
+    def unsupported(self, model: str, flags: dict, world_size: int) -> str | None:
+        return None
+
+    def gradients_unavailable(self, model: str, flags: dict) -> str | None:
+        return None
+
+    def gradient_shards(self, flags: dict) -> int:
+        return 1
+
+    def first_step(self, flags: dict) -> int:
+        return 1
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -148,7 +194,7 @@ def _hash_tree(paths: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-class HarnessBackend:
+class HarnessBackend(WholeGradientsFromStart):
     """Our reference trainer, through torchrun for more than one process, or forked from a
     pre-warmed zygote (`launch`, settings.launcher == "zygote")."""
 
@@ -193,12 +239,10 @@ class HarnessBackend:
 
         stdout, stderr = spec.log_dir / "launcher.stdout", spec.log_dir / "launcher.stderr"
         env = self.environment(spec)
-        if getattr(settings, "launcher", "torchrun") == "zygote" and not startup_environment_differs(env):
+        if settings.launcher == "zygote" and not startup_environment_differs(env):
             return shared_zygote().run(self.trainer_args(spec), env, spec.world_size, spec.port,
                                        spec.log_dir, settings.timeout_s, stdout, stderr)
-        from .process import run_process
-
-        return run_process(self.command(spec), env, settings.timeout_s, stdout, stderr)
+        return run_command(self, spec, settings)
 
     def command(self, spec: LaunchSpec) -> list[str]:
         trainer = self.trainer_args(spec)
@@ -260,7 +304,7 @@ def _rank_with_traceback(logs: dict[str, list[Path]]) -> str | None:
     return None
 
 
-class CommandBackend:
+class CommandBackend(WholeGradientsFromStart):
     """Another trainer, from an argv template: each item is formatted with the placeholders
     (PLACEHOLDERS); an item that is exactly "{flags}" becomes one `--name=value` item per flag.
     The command launches all its processes itself, given {world_size} and {port}."""
@@ -312,6 +356,9 @@ class CommandBackend:
 
     def working_dir(self, spec: LaunchSpec) -> Path | None:
         return None
+
+    def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
+        return run_command(self, spec, settings)
 
     def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
         steps = read_jsonl(spec.output_dir / "steps.jsonl")

@@ -13,10 +13,16 @@ What this backend knows about them (see docs/infinitrain.md, checked in InfiniTr
   main.cc:NNN] `) and to glog's log files, which the harness points at the run's log folder
   (GLOG_log_dir). A fatal line (`F...`) is a crash; so is exit 0 with steps missing, since
   infini_run exits 0 whatever its children do.
-- `--dump_gradients` exists only where InfiniTrain's #209 added it (GPT-2): a binary that
-  rejects the flag is run without it and its cases are compared on loss only, said so. TP
-  ranks write their shards un-gathered under the full name, and a resumed run dumps after
-  its first resumed step: those cases are compared on loss only, with that reason.
+- What a binary can do is learned from the binary before anything launches (its `--helpxml`
+  flag listing and whether it is a CUDA build; harness.launch.binary_facts), once per content
+  hash, kept beside the reference cache: every session and worker decides the same way.
+  `--dump_gradients` exists only where InfiniTrain's #209 added it (GPT-2); a binary without
+  it is compared on loss only, said so. A case flag the binary does not list, or a multi-rank
+  case on a build without CUDA, is skipped with that reason.
+- TP ranks write their shards un-gathered under the full name: replicated parameters are
+  compared whole, sharded ones against the TP slice of the reference they hold
+  (harness.compare.tp_shards). A resumed run dumps nothing (#209 dumps on the loop's step
+  index 0 only): compared on loss only, with that reason.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from pathlib import Path
 
 from harness.spec.flags import flag_argv
 
-from .backends import LaunchSpec, RunOutputs, base_environment, parse_step_lines
+from .backends import LaunchSpec, RunOutputs, base_environment, parse_step_lines, run_command
+from .binary_facts import BinaryFacts, BinaryFactsError, learn_binary
 from .process import ProcessResult
 
 LAUNCH_MODES = ("threads", "infini_run")
@@ -50,19 +57,26 @@ class InfiniTrainBackend:
     name = "infinitrain"
 
     def __init__(self, build_dir: str | Path, launch: str = "threads",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, facts_dir: Path | None = None,
+                 source: str = "--infinitrain-build") -> None:
         self.build_dir = Path(build_dir).resolve()
         if not self.build_dir.is_dir():
-            raise InfiniTrainError(f"--infinitrain-build {build_dir}: not a folder; expected "
-                                   f"InfiniTrain's build folder (holding gpt2 and llama3)")
+            hint = ("; the config has InfiniTrain's shape, so its cases run InfiniTrain's "
+                    "binaries: pass --infinitrain-build DIR, or --harness-trainer harness for "
+                    "the bundled trainer") if source == "variable BUILD_DIR" else ""
+            raise InfiniTrainError(f"{source} {build_dir}: not a folder; expected "
+                                   f"InfiniTrain's build folder (holding gpt2 and "
+                                   f"llama3){hint}")
         if launch not in LAUNCH_MODES:
             raise InfiniTrainError(f"--infinitrain-launch {launch!r}: expected one of "
                                    f"{', '.join(LAUNCH_MODES)}")
         self.launch_mode = launch
         self.env = dict(env or {})
         self._version: str | None = None
-        # Binaries that rejected --dump_gradients (learned from their own error message).
-        self.no_gradient_dump: set[str] = set()
+        # Where each binary's facts are kept (beside the reference cache); None: asked per
+        # process (tests that build no cache).
+        self.facts_dir = Path(facts_dir) if facts_dir is not None else None
+        self._facts: dict[str, BinaryFacts] = {}
 
     # ------------------------------------------------------------------ the build
 
@@ -73,6 +87,18 @@ class InfiniTrainBackend:
                                    f"build folder (build it, or leave {model} out of the "
                                    f"config's models)")
         return path
+
+    def facts(self, model: str) -> BinaryFacts:
+        """What the model's binary can do (its flag listing, CUDA or not), learned from the
+        binary once per content hash."""
+        if model not in self._facts:
+            binary = self.binary(model)
+            store = self.facts_dir or (self.build_dir / ".harness-binary-facts")
+            try:
+                self._facts[model] = learn_binary(binary, store)
+            except BinaryFactsError as error:
+                raise InfiniTrainError(str(error)) from None
+        return self._facts[model]
 
     def launcher(self) -> Path:
         for relative in _LAUNCHER_PATHS:
@@ -101,17 +127,35 @@ class InfiniTrainBackend:
 
     # ------------------------------------------------------------------ what is compared
 
+    def unsupported(self, model: str, args: dict, world_size: int) -> str | None:
+        """Why this build cannot run these flags at all, from the binary's own facts, or None:
+        a flag its listing does not name, or several ranks on a build without CUDA."""
+        facts = self.facts(model)
+        unknown = sorted(name for name in args if not facts.accepts(name))
+        if unknown:
+            return (f"this build's {model} binary does not accept "
+                    f"{', '.join('--' + n for n in unknown)} (not in its --helpxml flag "
+                    f"listing; {self.binary(model)})")
+        if world_size > 1 and not facts.multi_rank:
+            return (f"needs {world_size} ranks, but this build of {model} has no CUDA (its "
+                    f"binary links no libcudart / libnccl), and InfiniTrain runs parallel "
+                    f"ranks on CUDA only ({self.binary(model)})")
+        return None
+
     def gradients_unavailable(self, model: str, args: dict) -> str | None:
         """Why a run of these flags cannot give comparable gradients, or None."""
-        if model in self.no_gradient_dump:
-            return f"not dumped by this trainer (its {model} binary has no --dump_gradients)"
-        if int(args.get("tensor_parallel", 1)) > 1:
-            return ("not compared under tensor parallelism: InfiniTrain writes each TP rank's "
-                    "shard un-gathered under the full name")
+        if not self.facts(model).accepts("dump_gradients"):
+            return (f"not dumped by this trainer (its {model} binary lists no "
+                    f"--dump_gradients flag)")
         if args.get("load"):
-            return ("not compared for a resumed run: InfiniTrain dumps after the run's first "
-                    "step, which the reference's dump (step 1) does not match")
+            return ("not compared for a resumed run: InfiniTrain dumps gradients only on the "
+                    "first step of a run from scratch (the loop's step index 0)")
         return None
+
+    def gradient_shards(self, args: dict) -> int:
+        """The TP degree the dump's sharded files are cut by (each TP rank writes its own
+        shard, un-gathered, under the full name)."""
+        return max(1, int(args.get("tensor_parallel", 1)))
 
     def first_step(self, args: dict) -> int:
         """The first step a run prints: 1, or the resumed checkpoint's step + 1."""
@@ -133,7 +177,7 @@ class InfiniTrainBackend:
         args = dict(spec.flags)
         common = [f"--input_bin={spec.input_bin}", f"--llmc_filepath={spec.checkpoint}",
                   f"--device={spec.device}"]
-        if spec.gradients_dir is not None and spec.model not in self.no_gradient_dump:
+        if spec.gradients_dir is not None and self.facts(spec.model).accepts("dump_gradients"):
             common.append(f"--dump_gradients={spec.gradients_dir}")
         binary = str(self.binary(spec.model))
         if spec.world_size == 1:
@@ -147,6 +191,9 @@ class InfiniTrainBackend:
                 f"--rdzv_endpoint=127.0.0.1:{spec.port or 29500}", "--",
                 binary, *common, *flag_argv(args)]
 
+    def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
+        return run_command(self, spec, settings)
+
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         env = base_environment(spec, self.env)
         glog = spec.log_dir / "glog"
@@ -154,6 +201,9 @@ class InfiniTrainBackend:
         env["GLOG_log_dir"] = str(glog)
         env.pop("GLOG_logtostderr", None)  # keep the files: they are the rank logs
         env.pop("GLOG_logtostdout", None)
+        # glog buffers INFO lines in its files: after a signal they would end at start-up.
+        # Unbuffered, the log tail holds the binary's last line (e.g. `Rank 0: start forward`).
+        env["GLOG_logbuflevel"] = "-1"
         return env
 
     def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
@@ -179,18 +229,34 @@ class InfiniTrainBackend:
                     f"--{unknown['flag']}: {unknown.group(0)}")
         fatal = _FATAL.search(text)
         if fatal:
-            return f"a rank stopped on a fatal error: {fatal['message'].strip()}"
+            message = fatal["message"].strip()
+            return f"a rank stopped on a fatal error: {message}{self._asset_hint(spec, message)}"
         if result.timed_out:
             return None  # said by the runner, with the timeout
         expected = self.expected_steps(spec.flags)
         printed = {int(s["step"]) for s in steps}
         missing = [s for s in expected if s not in printed]
-        if missing:
-            shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
-            return (f"exit code {result.returncode} but {len(missing)} of {len(expected)} step "
-                    f"lines missing (step {shown}); a rank crashed or stopped early "
-                    f"(infini_run exits 0 whatever its children do)")
-        return None
+        if not missing:
+            return None
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        lines = f"{len(missing)} of {len(expected)} step lines missing (step {shown})"
+        if self.launch_mode == "infini_run" and spec.world_size > 1:
+            if result.returncode == 0:
+                return (f"{lines}: a rank crashed or stopped early (infini_run exits 0 "
+                        f"whatever its children do)")
+            return f"{lines}: a rank crashed or stopped early"
+        if result.returncode == 0:
+            return f"the {spec.model} binary exited 0 with {lines}"
+        return f"the {spec.model} binary stopped early: {lines}"
+
+    def _asset_hint(self, spec: LaunchSpec, message: str) -> str:
+        """For a loader check that refused the model file: the file, and what would load."""
+        if "config.h" not in message and "checkpoint_loader" not in message:
+            return ""
+        return (f" (the model file {spec.checkpoint} is refused by {spec.model}'s loader; the "
+                f"harness's synthetic assets of preset `infinitrain` load in InfiniTrain "
+                f"master: leave the config's model files unset, or set assets.preset to "
+                f"\"infinitrain\")")
 
     def _glog_files(self, spec: LaunchSpec) -> list[Path]:
         folder = spec.log_dir / "glog"
@@ -211,14 +277,6 @@ class InfiniTrainBackend:
         fatal = _FATAL.search(self._text(spec, result))
         rank = _RANK.search(fatal["message"]) if fatal else None
         return rank.group(1) if rank else None
-
-    def learn(self, spec: LaunchSpec, outputs: RunOutputs) -> bool:
-        """After a failed run: True when the binary only rejected --dump_gradients (then it is
-        remembered and the run can be repeated without it)."""
-        if outputs.problem and "rejects the flag --dump_gradients" in outputs.problem:
-            self.no_gradient_dump.add(spec.model)
-            return True
-        return False
 
 
 def strip_glog_prefix(text: str) -> str:

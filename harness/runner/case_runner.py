@@ -46,7 +46,7 @@ from .record import now, set_layout, start_record, throughput
 from .settings import Outcome, Settings
 
 
-def make_backend(config: HarnessConfig):
+def make_backend(config: HarnessConfig, settings: Settings):
     """The trainer backend the config (or the command line) names."""
     spec = config.trainer
     if spec.backend == "command":
@@ -55,8 +55,29 @@ def make_backend(config: HarnessConfig):
     if spec.backend == "infinitrain":
         from harness.launch.infinitrain import InfiniTrainBackend
 
-        return InfiniTrainBackend(spec.build_dir, spec.launch, env=dict(spec.env))
+        # A binary's facts (flag listing, CUDA or not) are kept beside the reference cache.
+        return InfiniTrainBackend(spec.build_dir, spec.launch, env=dict(spec.env),
+                                  facts_dir=settings.reference_root / "binaries",
+                                  source=spec.build_source)
     return HarnessBackend(env=dict(spec.env))
+
+
+class UnavailableBackend:
+    """The configured trainer when it cannot be set up (a missing build folder): every case
+    that reaches it is an error with that one line, and none is lost from the report."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name = name
+        self.problem = problem
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        raise BackendUnavailable(self.problem)
+
+
+class BackendUnavailable(RuntimeError):
+    """Raised for every question asked of an UnavailableBackend; str() is the one line."""
 
 
 def topology_text(topology: dict) -> str:
@@ -67,7 +88,12 @@ class CaseRunner:
     def __init__(self, config: HarnessConfig, settings: Settings, backend=None) -> None:
         self.config = config
         self.settings = settings
-        self.backend = backend if backend is not None else make_backend(config)
+        if backend is None:
+            try:
+                backend = make_backend(config, settings)
+            except ValueError as error:  # InfiniTrainError, a bad command template
+                backend = UnavailableBackend(config.trainer.backend, str(error))
+        self.backend = backend
         self.references = ReferenceCache(settings.reference_root)
         # Local slot locks; none under a scheduler (harness.launch.multinode).
         self.leases = case_leases(settings)
@@ -129,6 +155,16 @@ class CaseRunner:
         if case.unsupported and not self.foreign:
             return (f"uses flag(s) {', '.join(case.unsupported)} that the harness trainer "
                     f"does not implement")
+        # What this build cannot run at all comes before the device count: it would not run
+        # whatever --gpus says.
+        reason = self.backend.unsupported(case.model, self.run_flags(case), case.world_size)
+        if reason:
+            return reason
+        if case.reference_world_size > 1:
+            reason = self.backend.unsupported(case.model, self.run_flags(case, reference=True),
+                                              case.reference_world_size)
+            if reason:
+                return f"its reference topology: {reason}"
         if placed(self.settings):  # over nodes or on a scheduler (harness.launch.multinode)
             return (placement_problem(case.world_size, self.settings, self.foreign)
                     or placement_problem(case.reference_world_size, self.settings, self.foreign,
@@ -154,6 +190,8 @@ class CaseRunner:
         timings = record.timings
         try:
             outcome = self._run(case, record, timings)
+        except BackendUnavailable as error:  # said once per case, as the trainer is named
+            outcome = Outcome("error", f"{case.name}: {error}")
         except Exception as error:  # a harness-side problem: recorded, then shown
             outcome = Outcome("error", f"{case.name}: {type(error).__name__}: {error}")
         if self.foreign:  # a resume case waiting on this one must not wait for nothing
@@ -262,7 +300,8 @@ class CaseRunner:
             grads = compare_gradients(outputs.gradients_dir, reference.gradients_dir,
                                       case.tolerances.gradients,
                                       Locator.from_layout(layout, case.model),
-                                      relative=relative.gradients)
+                                      relative=relative.gradients,
+                                      tensor_parallel=self.backend.gradient_shards(flags))
             record.gradients = grads.to_dict()
             ok &= grads.ok
             lines += gradient_lines(grads)
@@ -294,12 +333,7 @@ class CaseRunner:
         result = launch_placed(self.backend, spec, self.settings)  # several nodes, or Slurm
         if result is not None:
             return result
-        launch = getattr(self.backend, "launch", None)  # a backend that launches itself
-        if launch is not None:
-            return launch(spec, self.settings)
-        return run_process(self.backend.command(spec), self.backend.environment(spec),
-                           self.settings.timeout_s, spec.log_dir / "launcher.stdout",
-                           spec.log_dir / "launcher.stderr", cwd=self.backend.working_dir(spec))
+        return self.backend.launch(spec, self.settings)
 
     def updates_flag(self, case: Case, no_gradients: str | None = None) -> str | None:
         """The flag that makes the bundled trainer dump every parameter's change over the run
@@ -310,12 +344,10 @@ class CaseRunner:
 
     def gradients_unavailable(self, model: str, flags: dict) -> str | None:
         """Why this trainer cannot give comparable gradients for these flags, or None."""
-        ask = getattr(self.backend, "gradients_unavailable", None)
-        return ask(model, flags) if ask else None
+        return self.backend.gradients_unavailable(model, flags)
 
     def first_step(self, flags: dict) -> int:
-        ask = getattr(self.backend, "first_step", None)
-        return ask(flags) if ask else 1
+        return self.backend.first_step(flags)
 
     def reference(self, case: Case, checkpoint: Path, input_bin: Path):
         flags = self.run_flags(case, reference=True)
@@ -350,10 +382,6 @@ class CaseRunner:
                     spec.port = free_port(self.settings.session_dir / "ports")
                 result = self._launch(spec)
                 outputs = self.backend.collect(spec, result)
-                learn = getattr(self.backend, "learn", None)
-                if learn and learn(spec, outputs):  # e.g. a binary without --dump_gradients
-                    result = self._launch(spec)
-                    outputs = self.backend.collect(spec, result)
             no_gradients = self.gradients_unavailable(case.model, flags)
             what = "reference" if world == 1 else \
                 f"reference ({topology_text(case.reference_topology)})"

@@ -89,3 +89,33 @@ def announce_checkpoint(flags: dict[str, Any]) -> None:
     if isinstance(save, str) and save:
         Path(save).parent.mkdir(parents=True, exist_ok=True)
         (Path(save).parent / (Path(save).name + ".planned")).touch()
+
+
+def settle_checkpoints(records: list[dict], keep: str) -> list[Path]:
+    """At session end: remove the checkpoints cases saved, as `--harness-keep-dumps` says of
+    the other outputs (failed: kept where the saving case, or a case resuming from it, did not
+    pass; all: kept; none: removed). Returns the folders removed."""
+    import shutil
+
+    if keep == "all":
+        return []
+    keep_roots: set[Path] = set()
+    saved: list[Path] = []
+    for record in records:
+        flags = record.get("flags") or {}
+        passed = record.get("status") in ("passed", "skipped")
+        for name in CHECKPOINT_PATH_FLAGS:
+            value = flags.get(name)
+            if not isinstance(value, str) or not value:
+                continue
+            root = Path(value) if name != "load" else _source_of(value)
+            if name != "load":
+                saved.append(root)
+            if not passed and keep == "failed":
+                keep_roots.add(root)
+    removed = []
+    for root in dict.fromkeys(saved):
+        if root not in keep_roots and root.is_dir():
+            shutil.rmtree(root, ignore_errors=True)
+            removed.append(root)
+    return removed

@@ -19,14 +19,12 @@ def crash_text(case: Case, spec: LaunchSpec, result: ProcessResult, failing: str
     if result.fault:  # a lost node, a cancelled / never-started job
         reason = result.fault
     elif problem and not result.timed_out:
-        reason = problem if result.returncode == 0 else f"{problem} (exit code {result.returncode})"
+        reason = problem if result.returncode == 0 else f"{problem} ({exit_text(result.returncode)})"
     elif result.timed_out:
         reason = (f"timed out after {timeout_s:g} s (--harness-timeout); "
                   f"every process of the run was killed")
-    elif result.returncode is not None and result.returncode < 0:
-        reason = f"killed by signal {_signal_name(-result.returncode)}"
     else:
-        reason = f"exit code {result.returncode}"
+        reason = exit_text(result.returncode)
     if failing is not None:
         reason = f"rank {failing} of {spec.world_size} failed first; {reason}"
     lines = [f"{case.name}: the {what} failed: {reason}",
@@ -54,6 +52,24 @@ def mismatch_text(case: Case, lines: list[str], output_dir: Path, reference_path
     footer = [f"run folder: {output_dir}", f"reference: {reference_path}",
               f"command: {shlex.join(argv)}"]
     return "\n".join([header, *("  " + l for l in "\n".join(lines).splitlines()), *footer])
+
+
+# Signals a crashing native trainer dies of; a shell that ran it reports 128 + N.
+_CRASH_SIGNALS = (signal.SIGILL, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGKILL,
+                  signal.SIGSEGV)
+
+
+def exit_text(returncode: int | None) -> str:
+    """`exit code 1`; for a process a signal ended, the signal by name: `killed by signal
+    SIGSEGV (exit code -11)`, or `killed by signal SIGABRT (exit code 134 = 128 + 6, as a
+    shell reports it)`."""
+    if returncode is not None and returncode < 0:
+        return f"killed by signal {_signal_name(-returncode)} (exit code {returncode})"
+    if returncode is not None and returncode - 128 in _CRASH_SIGNALS:
+        number = returncode - 128
+        return (f"killed by signal {_signal_name(number)} (exit code {returncode} = 128 + "
+                f"{number}, as a shell reports it)")
+    return f"exit code {returncode}"
 
 
 def _signal_name(number: int) -> str:

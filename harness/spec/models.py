@@ -404,6 +404,11 @@ GPT2_SPEC = register_model(ModelSpec(
         # pads 8000 -> 8064 like llm.c (multiple of 128)
         "bench": GPT2Config(block_size=256, vocab_size=8000, n_layer=8, n_head=8, n_embd=256,
                             padded_vocab_size=8064),
+        # What InfiniTrain master's GPT-2 loader accepts: it never reads n_kv_head, which stays
+        # 12, and config.h checks n_kv_head == n_head, so only 12 heads load. Padded 256 -> 320
+        # (a multiple of TP 4 and 8) so a TP dump's last vocabulary shard holds padding rows.
+        "infinitrain": GPT2Config(block_size=64, vocab_size=256, n_layer=8, n_head=12,
+                                  n_embd=48, padded_vocab_size=320),
     },
 ))
 
@@ -433,6 +438,10 @@ LLAMA3_SPEC = register_model(ModelSpec(
         "tiny": _llama3_sizes(8, 32, 4, 2, 64, 256, multiple_of=32),  # ffn 96
         "small": _llama3_sizes(12, 128, 8, 4, 256, 1024, multiple_of=64),  # ffn 384
         "bench": _llama3_sizes(8, 256, 8, 4, 256, 8192, multiple_of=256),  # ffn 768
+        # What InfiniTrain master's LLaMA 3 loader accepts: it never sets original_vocab_size,
+        # which stays 128256, and config.h checks vocab_size >= it. 4 KV heads: TP 4 and 8
+        # divide them as InfiniTrain requires. Width 32 keeps the 128256-row head cheap.
+        "infinitrain": _llama3_sizes(8, 32, 4, 4, 64, 128256, multiple_of=32),  # ffn 96
     },
 ))
 

@@ -63,9 +63,9 @@ def test_an_exit_code_with_no_rank_named_shows_the_launcher_not_every_rank(tmp_p
 
 def test_a_signal_is_named_and_an_unknown_one_numbered(tmp_path):
     text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, -9), None, {}, 60)
-    assert text.splitlines()[0] == "basic/gpt2/pp2: the run failed: killed by signal SIGKILL"
+    assert text.splitlines()[0] == "basic/gpt2/pp2: the run failed: killed by signal SIGKILL (exit code -9)"
     text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, -200), None, {}, 60, what="reference")
-    assert text.splitlines()[0] == "basic/gpt2/pp2: the reference failed: killed by signal 200"
+    assert text.splitlines()[0] == "basic/gpt2/pp2: the reference failed: killed by signal 200 (exit code -200)"
 
 
 def test_timeout_shows_six_lines_of_every_rank(tmp_path):

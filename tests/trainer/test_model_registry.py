@@ -121,7 +121,7 @@ def test_every_spec_is_complete_and_consistent():
     assert len(set(magics + tokens)) == len(magics) + len(tokens)
     for spec in MODEL_SPECS.values():
         assert spec.builder.count(":") == 1
-        assert set(spec.asset_configs) == {"tiny", "small", "bench"}
+        assert set(spec.asset_configs) == {"tiny", "small", "bench", "infinitrain"}
         for config in spec.asset_configs.values():
             assert isinstance(config, spec.config)
         names = [n for n, _shape, _stacked in spec.tensor_layout(spec.asset_configs["tiny"])]

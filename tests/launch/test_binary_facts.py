@@ -1,0 +1,104 @@
+"""A foreign binary's facts, learned from the binary (its --helpxml listing, its bytes), once per
+content hash, kept in a store every session and worker shares."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from harness.launch.binary_facts import (
+    BinaryFactsError,
+    content_hash,
+    learn_binary,
+    parse_helpxml,
+)
+
+LISTING = """<?xml version="1.0"?>
+<AllFlags>
+<program>gpt2</program>
+<usage>Warning: SetUsageMessage() never called</usage>
+<flag><file>example/gpt2/main.cc</file><name>lora_rank</name><meaning>LoRA rank (0 = disabled)</meaning><default>0</default><current>0</current><type>int32</type></flag>
+<flag><file>example/gpt2/main.cc</file><name>dump_gradients</name><meaning>dir &amp; more</meaning><default></default><current></current><type>string</type></flag>
+<flag><file>src/gflags.cc</file><name>undefok</name><meaning>x</meaning><default></default><current></current><type>string</type></flag>
+</AllFlags>
+"""
+
+
+def _binary(path: Path, listing: str, extra: str = "") -> Path:
+    """A script that counts how often it is asked, prints `listing` and exits 1 (as gflags)."""
+    (path.parent / "listing.txt").write_text(listing)
+    path.write_text("#!/bin/sh\n"
+                    f"echo asked >> {path.parent / 'asked.log'}\n"
+                    f"cat {path.parent / 'listing.txt'}\n"
+                    f"{extra}\n"
+                    "exit 1\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_the_listing_names_every_flag_and_unescapes_xml():
+    assert parse_helpxml(LISTING, Path("gpt2")) == {"lora_rank", "dump_gradients", "undefok"}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", "answers no flag listing (`gpt2 --helpxml` printed 'nothing'); expected gflags' XML"),
+    ("usage: gpt2 [options]\n", "printed 'usage: gpt2 [options]'"),
+    ("<AllFlags><flag><name>x</flag></AllFlags>", "is not well-formed XML"),
+    ("<AllFlags></AllFlags>", "names no flag; expected one <flag><name>"),
+])
+def test_a_binary_without_a_listing_gets_one_clear_line(text, expected):
+    with pytest.raises(BinaryFactsError) as raised:
+        parse_helpxml(text, Path("/build/gpt2"))
+    assert str(raised.value).startswith("/build/gpt2: ")
+    assert expected in str(raised.value)
+
+
+def test_a_cuda_build_is_known_by_the_libraries_its_bytes_name(tmp_path):
+    cpu, cuda = tmp_path / "cpu", tmp_path / "cuda"
+    cpu.write_bytes(b"\x7fELF" + b"\0" * 100 + b"libstdc++.so.6")
+    # the marker straddles the 1 MiB read blocks: it must still be found
+    cuda.write_bytes(b"\0" * ((1 << 20) - 4) + b"libcudart.so.12" + b"\0" * 10)
+    assert content_hash(cpu)[1] is False
+    assert content_hash(cuda)[1] is True
+    assert content_hash(cpu)[0] != content_hash(cuda)[0]
+
+
+def test_facts_are_learned_once_per_content_and_shared_by_every_session(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    binary = _binary(build / "gpt2", LISTING, extra="# links libnccl.so")
+    store = tmp_path / "cache" / "binaries"
+    first = learn_binary(binary, store)
+    assert first.accepts("dump_gradients") and not first.accepts("pipeline_layer_partition")
+    assert first.multi_rank
+    # a second session (a new process would read the same store): the binary is not asked
+    again = learn_binary(binary, store)
+    assert again == first
+    assert (build / "asked.log").read_text().splitlines() == ["asked"]
+    entry = json.loads((store / f"{first.sha256}.json").read_text())
+    assert entry["flags"] == sorted(first.flags) and entry["multi_rank"] is True
+    # a rebuild (new content) is asked again, and a binary without the flag says so
+    _binary(binary, LISTING.replace("dump_gradients", "save"))
+    rebuilt = learn_binary(binary, store)
+    assert not rebuilt.accepts("dump_gradients") and not rebuilt.multi_rank
+    assert (build / "asked.log").read_text().splitlines() == ["asked", "asked"]
+
+
+def test_a_damaged_store_entry_is_asked_again_not_trusted(tmp_path):
+    binary = _binary(tmp_path / "gpt2", LISTING)
+    store = tmp_path / "binaries"
+    facts = learn_binary(binary, store)
+    (store / f"{facts.sha256}.json").write_text("{not json")
+    assert learn_binary(binary, store) == facts
+    assert (tmp_path / "asked.log").read_text().splitlines() == ["asked", "asked"]
+
+
+def test_a_binary_that_answers_no_listing_is_not_stored(tmp_path):
+    binary = _binary(tmp_path / "gpt2", "ERROR: unknown command line flag 'helpxml'\n")
+    store = tmp_path / "binaries"
+    with pytest.raises(BinaryFactsError, match="answers no flag listing"):
+        learn_binary(binary, store)
+    assert not list(store.glob("*.json"))
