@@ -153,10 +153,24 @@ def _record_collected(config: pytest.Config, names: list[str]) -> None:
         return
     if s["header"] is None:
         s["header"] = new_header(s["session_dir"].name, s["started_at"], s["config_path"],
-                                 config.rootpath, config.invocation_params.args)
+                                 config.rootpath, config.invocation_params.args,
+                                 trainer=_trainer(config))
     collected = s["header"]["collected"]
     collected.extend(n for n in names if n not in collected)
     write_header(s["session_dir"], s["header"])
+
+
+def _trainer(config: pytest.Config) -> dict | None:
+    """The trainer under test, for the header and the summary (the controller, which under
+    xdist collects nothing itself, reads the config once more)."""
+    from harness.runner.case_runner import trainer_identity
+    from harness.runner.settings import resolve_device
+
+    try:
+        harness_config = load_config(config.stash[_SETTINGS]["config_path"], _overrides(config))
+    except (ConfigError, OSError, pytest.UsageError):
+        return None
+    return trainer_identity(harness_config, resolve_device(config.getoption("--harness-device")))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -326,6 +340,11 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 
     terminalreporter.section("harness session", sep="-")
     terminalreporter.write_line(f"session folder: {session_dir.resolve()}")
+    trainer = (config.stash[_SETTINGS]["header"] or {}).get("trainer")
+    if trainer:
+        build = f", build {trainer['build_dir']}" if trainer.get("build_dir") else ""
+        terminalreporter.write_line(f"trainer: {trainer['name']} ({trainer.get('version')}"
+                                    f"{build}), device {trainer.get('device')}")
     for (tag, model), counts in _status_counts(results).items():
         text = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
         terminalreporter.write_line(f"  {tag} / {model}: {text}")

@@ -62,6 +62,28 @@ def make_backend(config: HarnessConfig, settings: Settings):
     return HarnessBackend(env=dict(spec.env))
 
 
+def trainer_identity(config: HarnessConfig, device: str) -> dict:
+    """The trainer under test as the session header and summary state it: its name, version
+    (for InfiniTrain the build's content hash), build folder and device; never guessed."""
+    spec = config.trainer
+    version = None
+    try:
+        if spec.backend == "infinitrain":
+            from harness.launch.infinitrain import InfiniTrainBackend
+
+            version = InfiniTrainBackend(spec.build_dir, spec.launch,
+                                         source=spec.build_source).version()
+        elif spec.backend == "command":
+            version = CommandBackend(spec.command, version=spec.version,
+                                     base_dir=config.path.parent).version()
+        else:
+            version = HarnessBackend().version()
+    except (OSError, ValueError):
+        pass  # an unusable build: each case says why
+    build = str(spec.build_dir) if spec.build_dir is not None else None
+    return {"name": spec.backend, "version": version, "build_dir": build, "device": device}
+
+
 class UnavailableBackend:
     """The configured trainer when it cannot be set up (a missing build folder): every case
     that reaches it is an error with that one line, and none is lost from the report."""

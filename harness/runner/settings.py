@@ -49,8 +49,7 @@ def runner_settings(session_dir: Path, reference_root: Path, worker: str, device
                     golden_allow_mismatch: bool = False, nnodes: int = 1,
                     nproc_per_node: int | None = None, scheduler: str = "local",
                     slurm_args: tuple[str, ...] = ()) -> Settings:
-    if device == "auto":
-        device = "cuda" if cuda_count() else "cpu"
+    device = resolve_device(device)
     if launcher == "auto":  # the zygote where it is measured and safe: CPU (docs/benchmarks.md)
         launcher = "zygote" if device == "cpu" else "torchrun"
     slots = gpus
@@ -67,6 +66,13 @@ def runner_settings(session_dir: Path, reference_root: Path, worker: str, device
         nnodes=max(1, nnodes or 1), nproc_per_node=nproc_per_node, scheduler=scheduler,
         slurm_args=tuple(slurm_args),
     )
+
+
+def resolve_device(device: str) -> str:
+    """--harness-device: `auto` is CUDA where a device is present, else CPU."""
+    if device == "auto":
+        return "cuda" if cuda_count() else "cpu"
+    return device
 
 
 # Device nodes a GPU driver creates (NVIDIA; AMD's ROCm, whose torch also answers torch.cuda;
