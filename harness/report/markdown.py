@@ -92,7 +92,8 @@ def trainer_text(fact: dict, names: list[str], devices: list[str]) -> str:
     """"infinitrain (build infinitrain-3f2a..., /path/build), device cpu": the session header's
     `trainer`; without one (older sessions) the records' trainers, build not recorded."""
     def described(name: str, version, build_dir) -> str:
-        build = [f"build {version}" if version else None, str(build_dir) if build_dir else None]
+        what = "version" if name == BUNDLED else "build"  # the bundled one: a source hash
+        build = [f"{what} {version}" if version else None, str(build_dir) if build_dir else None]
         build = [b for b in build if b]
         if build:
             return f"{name} ({', '.join(build)})"

@@ -1,5 +1,7 @@
-"""Result records for the report tests, shaped as the plugin writes them (harness.result/1):
-built from `new_record` so every key is present, with the compare summaries' exact keys."""
+"""Result records for the report tests, shaped as the plugin writes them (harness.result/2):
+built from `new_record` so every key is present, with the compare summaries' exact keys; run
+by the bundled trainer (`trainer: "harness"`, as the runner sets it). Records of a foreign
+trainer (InfiniTrain) are in data/infinitrain_cpu_session.jsonl, as the plugin wrote them."""
 
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ def case(tag, model, case_id, status="passed", *, pp=2, tp=1, dp=1, chunks=None,
         session=session, worker="gw0", nodeid=f"configs/test_config.json::{name}", name=name,
         tag=tag, model=model, case_id=case_id, status=status, world_size=pp * tp * dp,
         parallel={"pp": pp, "tp": tp, "dp": dp, "vpp": vpp, "sequence_parallel": False},
+        trainer="harness", passthrough_flags=[],
         flags=base_flags, device="cuda", compare={"loss": True, "gradients": True},
         tolerances={"loss": {"atol": ATOL, "rtol": 0}, "gradients": {"atol": ATOL, "rtol": 0}},
         started_at="2026-01-01T01:00:05+0000", finished_at="2026-01-01T01:00:35+0000",
