@@ -1,13 +1,34 @@
 """Make a stand-in InfiniTrain build folder.
 
-``make_build_dir(path)`` writes, all ``#!/bin/sh`` scripts that exec the interpreter running
-this code (``sys.executable``) with PYTHONPATH set to this repository's root:
+``make_build_dir(path, flavour="pr209", cuda=True, models=("gpt2", "llama3"))`` writes, all
+``#!/bin/sh`` scripts that exec the interpreter running this code (``sys.executable``) with
+PYTHONPATH set to this repository's root:
 
-    <build>/gpt2                      -> python -m tests.infinitrain_standin.trainer gpt2 "$@"
-    <build>/llama3                    -> python -m tests.infinitrain_standin.trainer llama3 "$@"
+    <build>/gpt2                      -> python -m tests.infinitrain_standin.trainer gpt2 @build:F:D "$@"
+    <build>/llama3                    -> python -m tests.infinitrain_standin.trainer llama3 @build:F:D "$@"
     <build>/infini_run                -> python -m tests.infinitrain_standin.infini_run "$@"
     <build>/tools/infini_run/infini_run   (the same launcher: where CMake puts the target
                                            built from tools/infini_run/ in a real build tree)
+
+``models`` picks which trainers the folder holds (a folder with only ``llama3``, say).
+
+The build's flavour and device support are baked into each trainer script as its fixed
+``@build:<flavour>:<cuda|cpu>`` argument, so every binary of a folder behaves the same way:
+
+- ``flavour="master"``: the flag sets of InfiniTrain master b24d92f's ``example/<model>/main.cc``
+  exactly (no ``dump_gradients``, no ``pipeline_*`` layout flags); ``"pr209"``: master plus
+  #209's four layout flags on both and ``dump_gradients`` on ``gpt2`` only.
+- ``cuda=True``: a CUDA build. ``cuda=False``: a CPU build (``USE_CUDA=OFF``), which fails as the
+  real one does: any run with more than one rank (threads, or infini_run's processes) and any
+  single-device ``--device cuda`` run aborts in ``device_guard.cc:161`` (use ``--device cpu``).
+
+Recognising a CUDA build from the file: a real CUDA build's ELF names ``libcudart.so``,
+``libcublas.so`` (and ``libnccl.so`` with NCCL) as needed libraries (CMakeLists.txt:138-152
+links CUDA::cudart, CUDA::cublas, nccl). A tool that scans a binary's bytes for ``b"libcudart"``,
+``b"libnccl"`` or ``b"libcublas"`` therefore finds them in a CUDA stand-in script, which carries
+the comment line ``# links: libcudart.so libnccl.so libcublas.so``, and none of those strings in a
+CPU one. ``infini_run`` links only gflags and glog (tools/infini_run/CMakeLists.txt), so its
+scripts never carry them.
 
 The launcher's canonical path is ``<build>/infini_run``; the second copy only mirrors a CMake
 build tree layout. The scripts pin BLAS/OpenMP to one thread (the runs are tiny and many).
@@ -15,36 +36,49 @@ build tree layout. The scripts pin BLAS/OpenMP to one thread (the runs are tiny 
 
 from __future__ import annotations
 
-import os
 import shlex
 import stat
 import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+CUDA_LINKS = "# links: libcudart.so libnccl.so libcublas.so\n"
+CPU_LINKS = "# links: (CPU build: no CUDA libraries)\n"
 
 
-def _script(module: str, *fixed: str) -> str:
+def _script(module: str, *fixed: str, links: str = "") -> str:
     args = " ".join(shlex.quote(a) for a in fixed)
     return ("#!/bin/sh\n"
-            f"PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            + links
+            + f"PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
             "export PYTHONPATH\n"
             ": \"${OPENBLAS_NUM_THREADS:=1}\" \"${OMP_NUM_THREADS:=1}\" \"${MKL_NUM_THREADS:=1}\"\n"
             "export OPENBLAS_NUM_THREADS OMP_NUM_THREADS MKL_NUM_THREADS\n"
             f"exec {shlex.quote(sys.executable)} -m {module} {args} \"$@\"\n")
 
 
-def make_build_dir(path: Path) -> Path:
-    """Create (or refresh) the stand-in build folder at ``path`` and return it."""
+def make_build_dir(path: Path, flavour: str = "pr209", cuda: bool = True,
+                   models: tuple[str, ...] | list[str] = ("gpt2", "llama3")) -> Path:
+    """Create (or refresh) the stand-in build folder at ``path`` and return it. Trainer scripts of
+    models not named are removed, so a refreshed folder holds exactly ``models``."""
+    if flavour not in ("master", "pr209"):
+        raise ValueError(f"flavour must be 'master' or 'pr209', not {flavour!r}")
+    bad = [m for m in models if m not in ("gpt2", "llama3")]
+    if bad:
+        raise ValueError(f"unknown models {bad}")
     path = Path(path)
     (path / "tools" / "infini_run").mkdir(parents=True, exist_ok=True)
-    files = {
-        path / "gpt2": _script("tests.infinitrain_standin.trainer", "gpt2"),
-        path / "llama3": _script("tests.infinitrain_standin.trainer", "llama3"),
-        path / "infini_run": _script("tests.infinitrain_standin.infini_run"),
-        path / "tools" / "infini_run" / "infini_run": _script("tests.infinitrain_standin.infini_run"),
-    }
+    tag = f"@build:{flavour}:{'cuda' if cuda else 'cpu'}"
+    links = CUDA_LINKS if cuda else CPU_LINKS
+    for m in ("gpt2", "llama3"):
+        if m not in models and (path / m).exists():
+            (path / m).unlink()
+    files = {path / m: _script("tests.infinitrain_standin.trainer", m, tag, links=links) for m in models}
+    files[path / "infini_run"] = _script("tests.infinitrain_standin.infini_run")
+    files[path / "tools" / "infini_run" / "infini_run"] = _script("tests.infinitrain_standin.infini_run")
     for f, text in files.items():
+        if any(s in text for s in ("libcudart", "libnccl", "libcublas")) != (cuda and f.name in models):
+            raise RuntimeError(f"{f}: CUDA markers must appear exactly in a CUDA build's trainers")
         f.write_text(text)
         f.chmod(f.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path

@@ -16,17 +16,19 @@ from . import gflags
 from .gflags import Flag
 from .glog import Logger
 
-FLAGS = gflags.with_glog_flags({f.name: f for f in [
-    Flag("nnodes", "int32", 1), Flag("nproc_per_node", "int32", 1), Flag("node_rank", "int32", 0),
-    Flag("rdzv_endpoint", "string", "127.0.0.1:29500")]})
+_F = "tools/infini_run/infini_run.cc"  # DEFINE_* at infini_run.cc:11-14
+FLAGS = gflags.with_gflags_flags({f.name: f for f in [
+    Flag("nnodes", "int32", 1, None, "Total number of nodes", _F),
+    Flag("nproc_per_node", "int32", 1, None, "Number of processes per node", _F),
+    Flag("node_rank", "int32", 0, None, "Rank of this node", _F),
+    Flag("rdzv_endpoint", "string", "127.0.0.1:29500", None, "Rendezvous endpoint (host:port)", _F)]})
 
 
 def main(argv: list[str]) -> None:
-    fl, rest = gflags.parse_or_exit(argv, FLAGS)
+    fl, rest = gflags.parse_or_exit(argv, FLAGS, "infini_run")
     log = Logger("infini_run", fl)
     if len(rest) < 1:
-        log.fatal(f"Check failed: argc >= 2 ({len(rest) + 1} vs. 2) No training prgram specified!",
-                  "infini_run.cc:20")
+        log.check_op(False, "argc >= 2", len(rest) + 1, 2, "No training prgram specified!", "infini_run.cc:20")
     program = rest[0]
     world = fl["nnodes"] * fl["nproc_per_node"]
     ep = fl["rdzv_endpoint"]

@@ -252,15 +252,82 @@ class Model:
             dx = dx + dhA @ c["A"]
         return dx
 
+    # ---- lm head + cross-entropy, in row blocks ----
+    HEAD_BLOCK_ELEMS = 1 << 24  # logits of one block: at most 64 MiB of float32
+
+    def _head(self, e, inv, y, cnt, scale, n, grads):
+        """Loss (mean CE over the n tokens) and d(loss*scale)/de for the U distinct rows ``e``:
+        logits = e @ lm_head[:vocab_size].T in blocks of rows, float32 only, each block's
+        softmax computed in place (no float64, no second logits-sized array); row u's softmax is
+        weighted by cnt[u], the targets of its tokens subtracted. Under TP the input gradient is
+        the sum of the vocabulary shards' partial products (ColumnParallelLinear + the
+        vocab-parallel cross-entropy), shards of the padded vocabulary."""
+        cfg, P = self.cfg, self.P
+        V = cfg.vocab_size
+        W = P["lm_head.weight"]
+        Wq = self._r(W[:V])
+        eq = self._r(e)
+        U, C = e.shape
+        tp = self.num.tp
+        ks = W.shape[0] // tp if tp > 1 else V
+        shards = [(r * ks, min((r + 1) * ks, V)) for r in range(tp)] if tp > 1 else [(0, V)]
+        shards = [(a, b) for a, b in shards if a < b]
+        rows = max(1, self.HEAD_BLOCK_ELEMS // V)
+        order = np.argsort(inv, kind="stable")
+        inv_sorted = inv[order]
+        logp = np.empty(n, F32)
+        de = np.empty((U, C), F32)
+        gW = None if self.num.frozen_base else np.zeros((V, C), F32)
+        f = F32(scale / n)
+        for s0 in range(0, U, rows):
+            s1 = min(U, s0 + rows)
+            lo, hi = np.searchsorted(inv_sorted, [s0, s1])
+            ii = order[lo:hi]
+            li = inv[ii] - s0
+            yi = y[ii]
+            l = self._r(eq[s0:s1] @ Wq.T)
+            if l.dtype != F32:
+                l = l.astype(F32)
+            picked = l[li, yi]
+            mx = l.max(axis=1, keepdims=True)
+            l -= mx
+            np.exp(l, out=l)
+            se = l.sum(axis=1, keepdims=True, dtype=F32)
+            logp[ii] = (picked - mx[li, 0]) - np.log(se[li, 0])
+            l *= (cnt[s0:s1, None].astype(F32) * f) / se  # cnt * softmax * scale / n
+            np.add.at(l, (li, yi), -f)
+            if len(shards) > 1:
+                acc = None
+                for a, b in shards:
+                    part = l[:, a:b] @ Wq[a:b]
+                    acc = part if acc is None else acc + part
+                de[s0:s1] = acc
+            else:
+                de[s0:s1] = l @ Wq
+            if gW is not None:
+                gW += l.T @ eq[s0:s1]
+        if gW is not None:
+            _acc(grads, "lm_head.weight", gW, full_shape=W.shape)
+        loss = F32(-logp.mean(dtype=F32))
+        return loss, de
+
     # ---- one microbatch: loss and gradients of (loss * scale) ----
     def forward_backward(self, x: np.ndarray, y: np.ndarray, pos: np.ndarray, scale: float):
         cfg, P = self.cfg, self.P
         gpt2 = cfg.family == "gpt2"
         C = cfg.n_embd
         grads: dict[str, np.ndarray] = {}
-        h = P["transformer.wte.weight"][x]
+        n = x.shape[0]
+        # Every token's function depends only on (token, position) (GPT-2) or the token (LLaMA 3),
+        # so the forward and backward run once per distinct input; the head weights each
+        # distinct row's softmax by its count (exact: the backward is linear in dlogits).
+        key = x.astype(np.int64) * (int(pos.max()) + 1) + pos if gpt2 else x.astype(np.int64)
+        _, first, inv, cnt = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+        inv = inv.reshape(-1)
+        xu, pu = x[first], pos[first]
+        h = P["transformer.wte.weight"][xu]
         if gpt2:
-            h = h + P["transformer.wpe.weight"][pos]
+            h = h + P["transformer.wpe.weight"][pu]
         caches = []
         for i in range(cfg.n_layer):
             p = f"transformer.h.{i}."
@@ -290,21 +357,7 @@ class Model:
         rs = (F32(1.0) / np.sqrt((h * h).mean(axis=1, keepdims=True, dtype=F32) + F32(1e-5))).astype(F32)
         hf = h * rs  # RMS-normalised final hidden state
         e = hf * P["transformer.ln_f.weight"] + (P["transformer.ln_f.bias"] if gpt2 else 0)
-        logits, lmc = self._lin(e, "lm_head")
-        logits = logits.astype(F32)
-        mx = logits.max(axis=1, keepdims=True)
-        ex = np.exp(logits - mx)
-        se = ex.sum(axis=1, keepdims=True)
-        n = x.shape[0]
-        rows = np.arange(n)
-        logp_y = (logits[rows, y] - mx[:, 0]) - np.log(se[:, 0])
-        loss = F32(-logp_y.mean(dtype=F32))
-        # backward
-        dlog = ex / se
-        dlog[rows, y] -= F32(1.0)
-        dlog *= F32(scale / n)
-        dlog = dlog.astype(F32)
-        de = self._lin_bwd(dlog, lmc, grads)
+        loss, de = self._head(e, inv, y, cnt, scale, n, grads)
         if not self.num.frozen_base:
             _acc(grads, "transformer.ln_f.weight", (de * hf).sum(0))
             if gpt2:
@@ -345,11 +398,11 @@ class Model:
             dh = dh + da * P[p + "ln_1.weight"]
         if not self.num.frozen_base:
             gw = np.zeros_like(P["transformer.wte.weight"])
-            np.add.at(gw, x, dh)
+            np.add.at(gw, xu, dh)
             grads["transformer.wte.weight"] = gw
             if gpt2:
                 gp = np.zeros_like(P["transformer.wpe.weight"])
-                np.add.at(gp, pos, dh)
+                np.add.at(gp, pu, dh)
                 grads["transformer.wpe.weight"] = gp
         return loss, grads
 

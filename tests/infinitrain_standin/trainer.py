@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import random
 import re
 import shutil
+import signal
 import sys
 import time
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from . import gflags
 from .gflags import Flag
-from .glog import Logger
+from .glog import Logger, die_by_signal
 from .model import Config, Model, Numerics, F32, layer_linears, lora_init, param_names, put, \
     shard_index, take
 
@@ -28,64 +29,140 @@ GPT2_MODELS = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "d12", "d24", "d3
 LLAMA3_MODELS = {"llama3"}
 
 
-def flag_set(family: str) -> dict[str, Flag]:
+# example/<model>/main.cc:46-100 (gpt2) / :46-97 (llama3) at b24d92f: name, type, default, meaning
+_MASTER_FLAGS = [
+    ("input_bin", "string", "", "input .bin to train on"),
+    ("input_val_bin", "string", "", "input .bin to eval validation loss on"),
+    ("tokenizer_bin", "string", "", "input .bin to tokenizer"),
+    ("llmc_filepath", "string", "", "llmc model file path to load from"),
+    ("model", "string", None, None),
+    ("batch_size", "uint32", 4, "batch size, in units of #batch dimensions"),
+    ("sequence_length", "uint32", 64, "sequence length"),
+    ("total_batch_size", "uint32", 256, "total desired batch size, in units of #tokens"),
+    ("num_iteration", "uint32", 10, "number of iterations to run"),
+    ("freq_generate_txt", "uint32", 10, "frequency of text generation"),
+    ("text_length", "uint32", 64, "the length of the generated text"),
+    ("learning_rate", "double", None, "learning rate warmup iterations"),
+    ("zero_stage", "int32", 0, "ZeRO stage (0/1/2/3); 0 disables DistributedOptimizer"),
+    ("val_loss_every", "uint32", 0, "every how many steps to evaluate val loss?"),
+    ("sample_every", "uint32", 0, "how often to sample from the model?"),
+    ("overfit_single_batch", "bool", True, "overfit just one batch of data"),
+    ("device", "string", "cuda", "device type (cpu/cuda), useless if using parallel training mode"),
+    ("nthread_per_process", "int32", 1, "Number of threads to use for each process. When set > 1, enables data "
+     "parallelism with device=cuda on the specified number of visible CUDA devices."),
+    ("tensor_parallel", "uint32", 1, "Tensor Parallel world size"),
+    ("sequence_parallel", "bool", False, "Whether to enable Sequence Parallel"),
+    ("pipeline_parallel", "uint32", 1, "Pipeline Parallel world size, specified the number of PP stages."),
+    ("virtual_pipeline_parallel", "uint32", 1, "Number of chunks in PP stage."),
+    ("dtype", "string", "float32", "precision used in training (float32/bfloat16)"),
+    ("save_interval", "uint32", 0, "save checkpoint every N steps; 0 disables saving"),
+    ("load", "string", "", "checkpoint directory to resume from"),
+    ("save", "string", "", "root directory used to store checkpoints"),
+    ("max_checkpoint_keep", "uint32", 3, "max number of checkpoint steps to keep"),
+    ("save_optimizer_state", "bool", True, "whether optimizer state is persisted in checkpoints"),
+    ("precision_check", "string", "", "precision check config: level=N,format=simple|table,output_md5=true|false,"
+     "output_path=PATH,baseline=PATH"),
+    ("lora_rank", "int32", 0, "LoRA rank (0 = disabled)"),
+    ("lora_alpha", "double", 16.0, "LoRA alpha scaling factor"),
+    ("lora_target_modules", "string", None, None),
+    ("lora_save_path", "string", "", "Path to save LoRA weights after training"),
+    ("lora_load_path", "string", "", "Path to load LoRA weights from"),
+]
+_PER_MODEL = {
+    "gpt2": {"model": ("gpt2", "gpt2|gpt2-medium|gpt2-large|gpt2-xl|d12|d24|d36|d48"),
+             "learning_rate": (1e-4, None),
+             "lora_target_modules": ("c_attn,c_proj", "LoRA target modules (comma-separated: "
+                                     "c_attn,c_proj,c_fc,c_fc2,mlp.c_proj)")},
+    "llama3": {"model": ("llama3", "meta-llama/Meta-Llama-3.1-8B"),
+               "learning_rate": (1e-5, None),
+               "lora_target_modules": ("c_attn,c_proj,c_fc,c_fc2", "LoRA target modules (comma-separated)")},
+}
+# PR #209's additions. Its source (7a78e15 / 2209fe4) is not in the mirror read here, so these
+# meanings are the stand-in's own words; the names, type (string) and empty defaults are the ones
+# the harness relies on.
+_PR209_FLAGS = [
+    ("pipeline_layer_partition", "string", "", "comma-separated layer counts per pipeline chunk (or stage)"),
+    ("pipeline_layer_costs", "string", "", "comma-separated per-layer costs used to balance the pipeline stages"),
+    ("pipeline_chunk_layout", "string", "", "explicit layer-to-chunk layout of the pipeline"),
+    ("pipeline_model_parallel_layout", "string", "", "Megatron-style pipeline model parallel layout"),
+]
+_PR209_GPT2 = [("dump_gradients", "string", "", "directory to dump every parameter gradient of the first step "
+                "as .npy files (empty = disabled)")]
+FLAVOURS = ("master", "pr209")
+
+
+def flag_set(family: str, flavour: str = "pr209") -> dict[str, Flag]:
+    """The flags ``example/<family>/main.cc`` DEFINEs in that flavour, plus gflags' own."""
     g = family == "gpt2"
-    F = Flag
-    fl = [
-        F("input_bin", "string", ""), F("input_val_bin", "string", ""), F("tokenizer_bin", "string", ""),
-        F("llmc_filepath", "string", ""),
-        F("model", "string", "gpt2" if g else "llama3",
-          (lambda v: v in GPT2_MODELS) if g else (lambda v: v in LLAMA3_MODELS)),
-        F("batch_size", "uint32", 4), F("sequence_length", "uint32", 64),
-        F("total_batch_size", "uint32", 256), F("num_iteration", "uint32", 10),
-        F("freq_generate_txt", "uint32", 10), F("text_length", "uint32", 64),
-        F("learning_rate", "double", 1e-4 if g else 1e-5),
-        F("zero_stage", "int32", 0, lambda v: 0 <= v <= 3),
-        F("val_loss_every", "uint32", 0), F("sample_every", "uint32", 0),
-        F("overfit_single_batch", "bool", True),
-        F("device", "string", "cuda", lambda v: v in ("cpu", "cuda")),
-        F("nthread_per_process", "int32", 1), F("tensor_parallel", "uint32", 1),
-        F("sequence_parallel", "bool", False), F("pipeline_parallel", "uint32", 1),
-        F("virtual_pipeline_parallel", "uint32", 1),
-        F("dtype", "string", "float32"),
-        F("save_interval", "uint32", 0), F("load", "string", ""), F("save", "string", ""),
-        F("max_checkpoint_keep", "uint32", 3), F("save_optimizer_state", "bool", True),
-        F("precision_check", "string", ""),
-        F("lora_rank", "int32", 0), F("lora_alpha", "double", 16.0),
-        F("lora_target_modules", "string", "c_attn,c_proj" if g else "c_attn,c_proj,c_fc,c_fc2"),
-        F("lora_save_path", "string", ""), F("lora_load_path", "string", ""),
-        # PR #209
-        F("pipeline_layer_partition", "string", ""), F("pipeline_layer_costs", "string", ""),
-        F("pipeline_chunk_layout", "string", ""), F("pipeline_model_parallel_layout", "string", ""),
-    ]
-    if g:
-        fl.append(F("dump_gradients", "string", ""))
-    return gflags.with_glog_flags({f.name: f for f in fl})
+    validators = {  # DEFINE_validator, main.cc:123-126 (gpt2) / :110-113 (llama3)
+        "model": (lambda v: v in GPT2_MODELS) if g else (lambda v: v in LLAMA3_MODELS),
+        "device": lambda v: v in ("cpu", "cuda"),
+        "zero_stage": lambda v: 0 <= v <= 3,
+    }
+    rows = list(_MASTER_FLAGS)
+    if flavour == "pr209":
+        rows += _PR209_FLAGS + (_PR209_GPT2 if g else [])
+    elif flavour != "master":
+        raise ValueError(f"unknown flavour {flavour!r}")
+    out = {}
+    for name, kind, default, meaning in rows:
+        if name in _PER_MODEL[family]:
+            d, m = _PER_MODEL[family][name]
+            default = d
+            meaning = m if m is not None else meaning
+        out[name] = Flag(name, kind, default, validators.get(name), meaning, f"example/{family}/main.cc")
+    return gflags.with_gflags_flags(out)
 
 
 # ---------------------------------------------------------------------------------------------
 # files
 
-def read_checkpoint(path: str, family: str, log: Logger) -> tuple[Config, dict[str, np.ndarray]]:
-    if not path or not os.path.isfile(path):
-        log.fatal(f"File not found: {path}", "checkpoint_loader.cc:62")
+def _gt(log, v, expr, where):
+    log.check_op(v > 0, f"{expr} > 0", v, 0, "", where)
+
+
+def read_checkpoint(path: str, family: str, log: Logger, tp: int = 1) -> tuple[Config, dict[str, np.ndarray]]:
+    """LoadFromLLMC of example/<family>/checkpoint_loader.cc with its checks, in their order:
+    the loader's own, Sanitize*Config (example/<family>/config.h), then the ones the
+    TransformerModel constructor makes under TP (transformer.cc:208, causal_self_attention.cc:56-67,
+    tensor_parallel.cc:276)."""
+    g = family == "gpt2"
+    if not path or not os.path.isfile(path):  # checkpoint_loader.cc:62 (gpt2) / :45 (llama3)
+        log.fatal(f"File not found: {path}", "checkpoint_loader.cc:62" if g else "checkpoint_loader.cc:45")
     raw = np.fromfile(path, dtype=np.uint8)
     if raw.size < 1024:
         log.fatal(f"Check failed: header read from {path} (file too small: {raw.size} bytes)",
-                  "checkpoint_loader.cc:66")
-    hi = raw[:1024].view(np.int32)
+                  "checkpoint_loader.cc:66" if g else "checkpoint_loader.cc:49")
+    hu = raw[:1024].view(np.uint32)  # BytesToType<uint32_t>
     hf = raw[:1024].view(np.float32)
     data = raw[1024:]
     if data.size % 4:
         log.fatal(f"Check failed: file size of {path} is not a whole number of float32",
-                  "checkpoint_loader.cc:66")
+                  "checkpoint_loader.cc:66" if g else "checkpoint_loader.cc:49")
     data = data.view(np.float32)
-    magic, version = int(hi[0]), int(hi[1])
-    if family == "gpt2":
-        log.check_eq(magic, 20240326, "magic == kHeaderMagic", f"({path})", "checkpoint_loader.cc:69")
-        log.check_eq(version, 3, "version == kHeaderFP32Version", f"({path})", "checkpoint_loader.cc:71")
-        T, V, L, H, C, Vp = (int(v) for v in hi[2:8])
-        cfg = Config("gpt2", T, V, L, H, C, Vp)
+    magic, version = int(hu[0]), int(hu[1])
+    if g:
+        log.check_eq(magic, 20240326, "magic == kHeaderMagic", "", "checkpoint_loader.cc:69")
+        if version not in (3, 5):  # DetermineAndCheckVersion, checkpoint_loader.cc:52
+            log.fatal(f"Unsupported version: {version} at example/gpt2/checkpoint_loader.cc:52",
+                      "checkpoint_loader.cc:52")
+        log.check_eq(version, 3, "version == kHeaderFP32Version", "", "checkpoint_loader.cc:71")
+        T, V, L, H, C, Vp = (int(v) for v in hu[2:8])
+        model_vocab = Vp if tp > 1 else V  # checkpoint_loader.cc:82
+        # SanitizeGPT2Config, gpt2/config.h:29-36; n_kv_head is never read: GPT2Config()'s 12
+        # (config.h:15), original_vocab_size = vocab_size (checkpoint_loader.cc:87)
+        KV = 12
+        _gt(log, T, "c.block_size", "config.h:29")
+        _gt(log, model_vocab, "c.vocab_size", "config.h:30")
+        log.check_op(model_vocab >= V, "c.vocab_size >= c.original_vocab_size", model_vocab, V, "", "config.h:31")
+        _gt(log, L, "c.n_layer", "config.h:32")
+        _gt(log, H, "c.n_head", "config.h:33")
+        _gt(log, C, "c.n_embd", "config.h:34")
+        log.check_eq(C % H, 0, "c.n_embd % c.n_head == 0", "n_embd must be divisible by n_head", "config.h:35")
+        log.check_eq(KV, H, "c.n_kv_head == c.n_head", "GPT-2 does not use GQA; n_kv_head must equal n_head",
+                     "config.h:36")
+        _ctor_checks(log, model_vocab, H, KV, C, 4 * C, tp, gqa=False)
+        cfg = Config("gpt2", T, V, L, H, C, Vp, n_kv_head=KV)
         shapes = [("transformer.wte.weight", (Vp, C)), ("transformer.wpe.weight", (T, C)),
                   ("ln_1.weight", (L, C)), ("ln_1.bias", (L, C)),
                   ("attn.c_attn.weight", (L, 3 * C, C)), ("attn.c_attn.bias", (L, 3 * C)),
@@ -96,15 +173,44 @@ def read_checkpoint(path: str, family: str, log: Logger) -> tuple[Config, dict[s
                   ("transformer.ln_f.weight", (C,)), ("transformer.ln_f.bias", (C,))]
         log.info(f"magic: {magic} version: {version} block_size: {T} vocab_size: {V} n_layer: {L} "
                  f"n_head: {H} n_embd: {C} padded_vocab_size: {Vp}", "checkpoint_loader.cc:94")
+        log.check_eq(C % tp, 0, "n_embd % tp_size == 0", "n_embd must be divisible by TP world size.",
+                     "checkpoint_loader.cc:98")
+        log.check_eq(C % H, 0, "n_embd % n_head == 0", "n_embd must be divisible by n_head.",
+                     "checkpoint_loader.cc:99")
+        log.check_eq(H % tp, 0, "n_head % tp_size == 0", "n_head must be divisible by TP world size.",
+                     "checkpoint_loader.cc:100")
     else:
-        log.check_eq(magic, 20240803, "magic == kLLaMA3Magic", f"({path})", "checkpoint_loader.cc:52")
-        log.check_eq(version, 3, "version == kLLaMA3FP32Version", f"({path})", "checkpoint_loader.cc:54")
-        T, V, L, H, KV, C = (int(v) for v in hi[2:8])
-        mult, multiple_of = float(hf[8]), int(hi[9])
-        hidden = int(2 * (4 * C) / 3)
+        log.check_eq(magic, 20240803, "magic == kLLaMA3Magic", "", "checkpoint_loader.cc:52")
+        log.check_eq(version, 3, "version == kLLaMA3FP32Version", "", "checkpoint_loader.cc:54")
+        T, V, L, H, KV, C = (int(v) for v in hu[2:8])
+        mult, multiple_of = float(hf[8]), int(hu[9])
+        # SanitizeLLaMA3Config, llama3/config.h:29-45; original_vocab_size is never set by the
+        # loader: LLaMA3Config()'s 128256 (config.h:12)
+        orig = 128256
+        _gt(log, T, "c.block_size", "config.h:29")
+        _gt(log, V, "c.vocab_size", "config.h:30")
+        log.check_op(V >= orig, "c.vocab_size >= c.original_vocab_size", V, orig, "", "config.h:31")
+        _gt(log, L, "c.n_layer", "config.h:32")
+        _gt(log, H, "c.n_head", "config.h:33")
+        _gt(log, KV, "c.n_kv_head", "config.h:34")
+        log.check_op(KV <= H, "c.n_kv_head <= c.n_head", KV, H, "", "config.h:35")
+        log.check_eq(H % KV, 0, "c.n_head % c.n_kv_head == 0", "n_head must be divisible by n_kv_head for GQA",
+                     "config.h:36")
+        _gt(log, C, "c.n_embd", "config.h:37")
+        log.check_eq(C % H, 0, "c.n_embd % c.n_head == 0", "n_embd must be divisible by n_head", "config.h:38")
+        _gt(log, multiple_of, "c.multiple_of", "config.h:45")
+        hidden = (2 * (4 * C)) // 3  # checkpoint_loader.cc:134-140 (llround)
         if mult > 0:
-            hidden = int(round(mult * hidden))
+            hidden = int(math.floor(mult * hidden + 0.5))
         ffn = (hidden + multiple_of - 1) // multiple_of * multiple_of
+        _ctor_checks(log, V, H, KV, C, ffn, tp, gqa=KV != H)
+        for expr, v, msg, line in (("n_embd % tp_size == 0", C % tp, "n_embd must be divisible by TP world size.", 102),
+                                   ("n_head % tp_size == 0", H % tp, "n_head must be divisible by TP world size.", 103),
+                                   ("n_kv_head % tp_size == 0", KV % tp,
+                                    "n_kv_head must be divisible by TP world size.", 104),
+                                   ("vocab_size % tp_size == 0", V % tp,
+                                    "vocab_size must be divisible by TP world size.", 105)):
+            log.check_eq(v, 0, expr, msg, f"checkpoint_loader.cc:{line}")
         cfg = Config("llama3", T, V, L, H, C, V, n_kv_head=KV, ffn=ffn)
         kvd = cfg.kv_dim
         shapes = [("transformer.wte.weight", (V, C)), ("ln_1.weight", (L, C)),
@@ -112,8 +218,9 @@ def read_checkpoint(path: str, family: str, log: Logger) -> tuple[Config, dict[s
                   ("ln_2.weight", (L, C)), ("mlp.c_fc.weight", (L, ffn, C)),
                   ("mlp.c_fc2.weight", (L, ffn, C)), ("mlp.c_proj.weight", (L, C, ffn)),
                   ("transformer.ln_f.weight", (C,)), ("lm_head.weight", (V, C))]
-        log.info(f"  vocab_size         = {V}\n  n_layer            = {L}\n  n_kv_head          = {KV}",
-                 "checkpoint_loader.cc:110")
+        log.info(f"Model Config:\n  block_size         = {T}\n  vocab_size         = {V}\n"
+                 f"  n_layer            = {L}\n  n_head             = {H}\n  n_kv_head          = {KV}\n"
+                 f"  n_embd             = {C}", "checkpoint_loader.cc:110")
     need = sum(int(np.prod(s)) for _, s in shapes)
     if data.size != need:
         log.fatal(f"Check failed: size of {path} ({data.size} float32 after the header) == "
@@ -132,6 +239,23 @@ def read_checkpoint(path: str, family: str, log: Logger) -> tuple[Config, dict[s
     if family == "gpt2":
         params["lm_head.weight"] = params["transformer.wte.weight"].copy()
     return cfg, {k: params[k] for k in param_names(cfg)}
+
+
+def _ctor_checks(log, vocab, H, KV, C, ffn, tp, gqa):
+    """The TransformerModel constructor's checks (only TP > 1 can fail them after Sanitize)."""
+    log.check_eq(vocab % tp, 0, "config.vocab_size % tp_world_size == 0",
+                 "Vocab size should be divisible by TP world size", "transformer.cc:208")
+    log.check_eq(C % H, 0, "config.n_embd % config.n_head == 0", "n_embd must be divisible by n_head",
+                 "causal_self_attention.cc:56")
+    log.check_eq(H % tp, 0, "config.n_head % tp_world_size == 0", "n_head must be divisible by TP world size",
+                 "causal_self_attention.cc:57")
+    if gqa:
+        log.check_eq(H % KV, 0, "config.n_head % config.n_kv_head == 0",
+                     "n_head must be divisible by n_kv_head for GQA", "causal_self_attention.cc:66")
+        log.check_eq(KV % tp, 0, "config.n_kv_head % tp_world_size == 0",
+                     "n_kv_head must be divisible by TP world size for GQA", "causal_self_attention.cc:67")
+    log.check_eq(ffn % tp, 0, "out_features % tp_size == 0",
+                 "out_features must be divisible by TP world size for ColumnParallel", "tensor_parallel.cc:276")
 
 
 def read_tokens(path: str, log: Logger) -> np.ndarray:
@@ -238,12 +362,34 @@ def param_stage(name: str, stages: list[int], pp: int) -> int:
     return pp - 1
 
 
+def _build_opts(argv: list[str]) -> tuple[str, bool, list[str]]:
+    """The build folder's scripts pass ``@build:<flavour>:<cuda|cpu>`` right after the family."""
+    flavour, cuda = "pr209", True
+    if argv and argv[0].startswith("@build:"):
+        _, flavour, dev = argv[0].split(":")
+        cuda = dev == "cuda"
+        argv = argv[1:]
+    return flavour, cuda, argv
+
+
+def _die_no_cuda(log: Logger) -> None:
+    # a CPU build registers no CUDA DeviceGuardImpl: GetDeviceGuardImpl(kCUDA) aborts
+    # (infini_train/src/core/runtime/device_guard.cc:158-162; DeviceType kCUDA == 1)
+    log.fatal("No DeviceGuardImpl registered for type 1", "device_guard.cc:161")
+
+
 def main(argv: list[str]) -> None:
     if not argv or argv[0] not in ("gpt2", "llama3"):
         sys.stderr.write("usage: python -m tests.infinitrain_standin.trainer {gpt2|llama3} FLAGS...\n")
         sys.exit(2)
     family = argv[0]
-    fl, _rest = gflags.parse_or_exit(argv[1:], flag_set(family))
+    flavour, cuda, rest_argv = _build_opts(argv[1:])
+    fl, _rest = gflags.parse_or_exit(rest_argv, flag_set(family, flavour), family)
+    fl["_flavour"], fl["_cuda"] = flavour, cuda
+    fl.setdefault("dump_gradients", "")
+    for k in ("pipeline_layer_partition", "pipeline_layer_costs", "pipeline_chunk_layout",
+              "pipeline_model_parallel_layout"):
+        fl.setdefault(k, "")
     log = Logger(family, fl)
     t_start = time.perf_counter()
 
@@ -254,8 +400,13 @@ def main(argv: list[str]) -> None:
     tp, pp, vpp = fl["tensor_parallel"], fl["pipeline_parallel"], fl["virtual_pipeline_parallel"]
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         log.info(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}")
-    log.check(tp >= 1 and pp >= 1 and vpp >= 1 and nthread >= 1, "tp >= 1 && pp >= 1 && vpp >= 1 && nthread >= 1",
-              "", "global.cc:100")
+    # GlobalEnv::Init (infini_train/src/nn/parallel/global.cc:102, 107): dp = world / tp / pp;
+    # dp == 0 (or pp == 0) makes the layout divide by zero: SIGFPE, nothing on stderr, in
+    # ProcessGroupOverview (main.cc:541 gpt2 / :518 llama3), before any rank starts
+    log.check_op(tp >= 1, "tensor_parallel_size >= 1", tp, 1, "Tensor Parallel size must be >= 1", "global.cc:102")
+    if pp == 0 or world // tp // pp == 0:
+        die_by_signal(signal.SIGFPE)
+    log.check(vpp >= 1 and nthread >= 1, "vpp >= 1 && nthread >= 1", "", "global.cc:100")
     log.check_eq(world % (tp * pp), 0, "world_size % (tensor_parallel_size * pipeline_parallel_size) == 0",
                  "", "global.cc:100")
     topo = Topo(world, tp, pp, vpp)
@@ -270,6 +421,9 @@ def main(argv: list[str]) -> None:
         if not fl["save"] and fl["save_interval"] > 0:
             log.fatal(f"Invalid configuration: --save_interval is set to {fl['save_interval']}, but --save is "
                       "empty. They must be set together.", "main.cc:137")
+
+    if world > 1 and not cuda:  # rank.IsParallel(): Device(kCUDA, ...) (gpt2 main.cc:172-174)
+        _die_no_cuda(log)
 
     # NCCL unique-id files of the process groups whose first rank this process holds
     ccl_files: list[str] = []
@@ -327,19 +481,11 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
     log.info(f"total desired batch size: {fl['total_batch_size']} => calculated gradient accumulation steps: {ga}",
              "main.cc:205")
 
-    cfg, P = read_checkpoint(fl["llmc_filepath"], family, log)
+    cfg, P = read_checkpoint(fl["llmc_filepath"], family, log, tp)
     if family == "gpt2":
         log.check(T <= cfg.block_size, "sequence_length <= block_size", f"({T} vs. {cfg.block_size})")
-    if tp > 1:
-        log.check_eq(cfg.n_embd % tp, 0, "n_embd % tp_size == 0", "n_embd must be divisible by TP world size.",
-                     "checkpoint_loader.cc:98")
-        log.check_eq(cfg.n_head % tp, 0, "n_head % tp_size == 0", "n_head must be divisible by TP world size.",
-                     "checkpoint_loader.cc:100")
-        vrows = P["transformer.wte.weight"].shape[0]
-        log.check_eq(vrows % tp, 0, "config.vocab_size % tp_world_size == 0",
-                     "Vocab size should be divisible by TP world size", "transformer.cc:208")
-        if family == "llama3":
-            log.check_eq(cfg.n_kv_head % tp, 0, "n_kv_head % tp_size == 0", "", "checkpoint_loader.cc:104")
+    if not fl["_cuda"] and fl["device"] == "cuda":
+        _die_no_cuda(log)  # single device: model->To(Device(kCUDA, 0)) (gpt2 main.cc:198, 223)
     stages = layer_stages(cfg, fl, pp, topo.vpp, log)
 
     dtype = fl["dtype"]
@@ -364,6 +510,14 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                    lora_scale=(fl["lora_alpha"] / fl["lora_rank"]) if fl["lora_rank"] > 0 else 0.0,
                    lora_modules=lora_mods, frozen_base=bool(lora_mods))
     model = Model(cfg, P, num)
+    if fl["_flavour"] == "master" and family == "gpt2" and tp > 1 and cfg.padded_vocab_size < 50257:
+        # master's gpt2 builds VocabParallelCrossEntropyLoss(model_config.original_vocab_size) from
+        # GPT2Config() (main.cc:212, 336), never the file's: 50257 > the padded vocabulary fails
+        # in the first forward (tensor_parallel.cc:463)
+        for g_ in my_ranks:
+            log.info(f"Rank {g_}: start forward", "main.cc:445")
+        log.check_op(False, "vocab_size_original_ <= vocab_size_global_", 50257, cfg.padded_vocab_size,
+                     "Original vocab size should be <= padded vocab size", "tensor_parallel.cc:463")
     names = [n for n in P if (n.endswith(("lora_A", "lora_B")) if lora_mods else True)]
     log.info(f"Optimizing {len(names)} {'LoRA' if lora_mods else 'model'} parameters", "main.cc:264")
 
@@ -391,8 +545,15 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
     if plant and world > 1:
         plant_name, _, sc = plant.rpartition(":")
         plant_scale = float(sc)
+    plant_ranks = _plant_ranks(os.environ.get("STANDIN_PLANT_RANKS", "all"), tp)
+    crash_signal = os.environ.get("STANDIN_CRASH_SIGNAL", "").strip().upper().removeprefix("SIG")
+    if crash_signal and crash_signal not in ("SEGV", "ABRT", "FPE"):
+        sys.stderr.write(f"STANDIN_CRASH_SIGNAL must be SEGV, ABRT or FPE (got {crash_signal!r})\n")
+        sys.exit(2)
+    bf16_broken = (os.environ.get("STANDIN_CPU_BF16_BROKEN", "") not in ("", "0") and dtype == "bfloat16"
+                   and (fl["device"] == "cpu" or not fl["_cuda"]) and world == 1)
     crash_rank = os.environ.get("STANDIN_CRASH_RANK", "")
-    crash_rank = int(crash_rank) if crash_rank.strip() else None
+    crash_rank = int(crash_rank) if crash_rank.strip() else (0 if crash_signal else None)
     crash_step = int(os.environ.get("STANDIN_CRASH_STEP", "1") or 1)
     no_step_lines = os.environ.get("STANDIN_NO_STEP_LINES", "") not in ("", "0")
     sleep_s = float(os.environ.get("STANDIN_SLEEP", "0") or 0)
@@ -400,19 +561,33 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
         time.sleep(sleep_s)
 
     for g in my_ranks:
-        log.info(f"Rank {g}: start training", "main.cc:352")
+        log.info(f"Rank {g}: start training", "main.cc:339" if family == "gpt2" else "main.cc:318")
+    if family == "gpt2":
+        log.info("start training", "main.cc:389")
+    where = _LOOP_LINES[family]
     nmb = ga  # microbatches per DP rank per step
     lr = F32(fl["learning_rate"])
     ga_ref = ga * dp
-    dumped = False
+    # gpt2 in bf16 on CPU prints "-nan" and often segfaults at a varying step
+    bf16_crash_at = 2 + os.getpid() % 4
     nparams = sum(a.size for a in P.values())
     used_mb = max(1, int(math.ceil(nparams * 4 * 3 / 2**20)))
     reserved_mb = used_mb + 2
 
     for step in range(start_step, fl["num_iteration"]):
         t0 = time.perf_counter()
-        if crash_rank is not None and crash_rank in my_ranks and step + 1 == crash_step:
+        crash_here = crash_rank is not None and crash_rank in my_ranks and step + 1 == crash_step
+        if crash_here and not crash_signal:
             log.fatal(f"Check failed: planted crash on rank {crash_rank}", "main.cc:420")
+        if crash_here or (bf16_broken and family == "llama3"):
+            # a crash inside the step, as a C++ fault: the INFO line is written (buffered in the
+            # log file unless GLOG_logbuflevel=-1), then the signal, nothing on stderr. LLaMA 3
+            # in bf16 on CPU segfaults in its first forward the same way.
+            log.info(f"Rank {crash_rank if crash_here else my_ranks[0]}: start forward", where[0])
+            die_by_signal(getattr(signal, "SIG" + (crash_signal if crash_here else "SEGV")))
+        if bf16_broken and step - start_step + 1 == bf16_crash_at:
+            log.info(f"Rank {my_ranks[0]}: start forward", where[0])
+            die_by_signal(signal.SIGSEGV)
         # gradients, grouped as the topology groups them
         rank_grads, rank_losses = [], []
         for d in range(dp):
@@ -424,7 +599,13 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
             lossf = F32(0)
             for j in js:
                 x, y = unit_batch(step * ga_ref + j)
+                if pp == 1:
+                    for g_ in my_ranks:
+                        log.info(f"Rank {g_}: start forward", where[0])
                 loss, g = model.forward_backward(x, y, pos, 1.0 / nmb)
+                if pp == 1:
+                    for g_ in my_ranks:
+                        log.info(f"Rank {g_}: finish backward", where[1])
                 lossf = F32(lossf + F32(loss / F32(nmb)))
                 per.append(g)
             if pp > 1:  # the schedule's accumulation: pairwise
@@ -454,17 +635,21 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
             lossf = F32(lossf / F32(dp))
         else:
             grads, lossf = rank_grads[0], rank_losses[0]
-        if plant_name is not None and plant_name in grads:
-            grads[plant_name] = (grads[plant_name] * F32(1.0 + plant_scale)).astype(F32)
-        for k, gv in grads.items():  # SGD
+        planted = grads
+        if plant_name is not None and plant_name in grads and plant_ranks:
+            planted = dict(grads)
+            planted[plant_name] = _plant(grads[plant_name], plant_name, plant_scale, plant_ranks, cfg, tp)
+        for k, gv in planted.items():  # SGD
             P[k] -= lr * gv
-        if fl.get("dump_gradients") and not dumped:
-            _dump(fl["dump_gradients"], grads, cfg, topo, my_ranks, stages)
-            dumped = True
+        if fl["dump_gradients"] and step == 0:
+            # #209 dumps when the loop's step index is 0: the first step of a run from scratch
+            # only (a run resumed with --load starts at its checkpoint's step and dumps nothing)
+            _dump(fl["dump_gradients"], grads, planted, plant_ranks, cfg, topo, my_ranks, stages)
         dur = time.perf_counter() - t0
         if last_rank in my_ranks and not no_step_lines:
             sp = tp if fl["sequence_parallel"] else 1
-            log.error(f"step {step + 1:4d}/{fl['num_iteration']} | train loss {float(lossf):.6f} | "
+            loss_text = "-nan" if bf16_broken else f"{float(lossf):.6f}"
+            log.error(f"step {step + 1:4d}/{fl['num_iteration']} | train loss {loss_text} | "
                       f"lr {fl['learning_rate']:.2e} | ({dur * 1e3:.2f} ms | "
                       f"{fl['total_batch_size'] / max(dur, 1e-9):.0f} tok/s | peak used: {used_mb:5d} MB | "
                       f"peak reserved: {reserved_mb:5d} MB, DP={dp}, TP={tp}, SP={sp}, PP={pp})",
@@ -490,17 +675,72 @@ def _held(name, cfg, topo: Topo, g, stages):
     return param_stage(name, stages, topo.pp) == p_
 
 
-def _dump(dirname, grads, cfg, topo: Topo, my_ranks, stages):
+# LOG(INFO) "start forward" / "finish backward" in the micro-step loop
+_LOOP_LINES = {"gpt2": ("main.cc:445", "main.cc:463"), "llama3": ("main.cc:423", "main.cc:440")}
+
+
+def _plant_ranks(text: str, tp: int) -> set[int]:
+    """STANDIN_PLANT_RANKS: ``all`` or a comma list of TP ranks (``r0,r1`` or ``0,1``)."""
+    text = text.strip().lower()
+    if text in ("", "all"):
+        return set(range(tp))
+    out = set()
+    for part in text.split(","):
+        part = part.strip().removeprefix("r")
+        if part:
+            out.add(int(part))
+    return {r for r in out if 0 <= r < tp}
+
+
+def _plant(g: np.ndarray, name: str, scale: float, ranks: set[int], cfg, tp: int) -> np.ndarray:
+    """The planted TP reduction bug: the listed TP ranks' copies of the gradient scaled by
+    (1 + scale). A replicated parameter has one copy per rank; the stand-in keeps one copy of the
+    weights, which takes the planted update when any rank is planted. A sharded one: the listed
+    ranks' slices."""
+    f = F32(1.0 + scale)
+    if shard_index(cfg, name, g.shape, tp, 0) is None or tp == 1:
+        return (g * f).astype(F32)
+    out = g.copy()
+    for r in sorted(ranks):
+        idx = shard_index(cfg, name, g.shape, tp, r)
+        put(out, idx, (take(g, idx) * f).astype(F32))
+    return out
+
+
+def _writer_order(holders: list[int], name: str) -> int:
+    """Whose write of a file lands last. Every rank writes each gradient under its full name
+    (#209's DumpGradients), so the survivor is whichever write lands last; the stand-in lets
+    exactly one of the holders write. STANDIN_SHARD_WRITER=random (default) | highest | lowest.
+    random is seeded from the process id (under infini_run from the launcher's, which every
+    child shares, so the processes agree on one writer)."""
+    mode = os.environ.get("STANDIN_SHARD_WRITER", "random").strip().lower()
+    if mode == "highest":
+        return max(holders)
+    if mode == "lowest":
+        return min(holders)
+    seed = os.getppid() if int(os.environ.get("PROC_WORLD_SIZE", "1") or 1) > 1 else os.getpid()
+    return random.Random(f"{seed}:{name}").choice(sorted(holders))
+
+
+def _dump(dirname, grads, planted, plant_ranks, cfg, topo: Topo, my_ranks, stages):
+    """#209's dump: each rank's gradients as ``<name>.npy`` (SaveAsNpy bytes). A parameter TP
+    does not shard (norms, row-parallel biases, wpe) is whole on every TP rank and written whole;
+    a sharded one is the writer's TP shard: c_attn [q_r | k_r | v_r] rows, c_fc / c_fc2 rows,
+    c_proj weight columns, wte / lm_head rows of the padded vocabulary (model.shard_index)."""
     os.makedirs(dirname, exist_ok=True)
     for name in sorted(grads):
         holders = [g for g in range(topo.world) if _held(name, cfg, topo, g, stages)]
-        writer = max(holders)  # the last writer: highest global rank (highest TP / DP index)
+        writer = _writer_order(holders, name)
         if writer not in my_ranks:
             continue
         t_ = topo.coords(writer)[0]
-        g = grads[name]
+        src = planted if (t_ in plant_ranks and name in planted) else grads
+        g = src[name]
         idx = shard_index(cfg, name, g.shape, topo.tp, t_)
-        save_npy(os.path.join(dirname, name + ".npy"), take(g, idx))
+        path = os.path.join(dirname, name + ".npy")
+        tmp = f"{path}.{os.getpid()}.tmp"
+        save_npy(tmp, take(g, idx))
+        os.replace(tmp, path)  # one whole file, whoever writes it
 
 
 def _rank_dir(root, step, topo, g):
