@@ -5,28 +5,51 @@ Executables: ``build.make_build_dir(path)`` -> ``path/gpt2``, ``path/llama3``, `
 (also ``path/tools/infini_run/infini_run``). Or ``python -m tests.infinitrain_standin.trainer
 {gpt2|llama3} FLAGS`` and ``python -m tests.infinitrain_standin.infini_run FLAGS -- PROGRAM ARGS``.
 
-Flags: exactly the DEFINE_* of example/{gpt2,llama3}/main.cc at b24d92f, plus PR #209's
-pipeline_layer_partition / pipeline_layer_costs / pipeline_chunk_layout /
-pipeline_model_parallel_layout (both) and dump_gradients (gpt2 only); glog's own flags
-(logtostderr, log_dir, v, ...) are accepted as gflags-linked binaries accept them. Layout flags:
+Builds: ``build.make_build_dir(path, flavour="pr209", cuda=True, models=("gpt2", "llama3"))``
+(see build.py): ``flavour="master"`` has exactly the DEFINE_* of example/{gpt2,llama3}/main.cc at
+b24d92f; ``"pr209"`` adds PR #209's pipeline_layer_partition / pipeline_layer_costs /
+pipeline_chunk_layout / pipeline_model_parallel_layout (both) and dump_gradients (gpt2 only).
+gflags' own 14 flags are accepted and listed (``--helpxml``, ``--helpfull``: exit 1); glog's are
+not (glog is built WITH_GFLAGS=OFF: ``GLOG_*`` environment variables only). A CUDA build's
+scripts name ``libcudart.so libnccl.so libcublas.so``; a CPU build (``cuda=False``) aborts every
+multi-rank run and every single-device ``--device cuda`` run in ``device_guard.cc:161``. World
+size below TP x PP dies of SIGFPE (global.cc:107). Layout flags:
 only pipeline_layer_partition changes placement (pp*vpp per-chunk sizes, or pp per-stage sizes when
 vpp=1; the sum must be n_layer); pipeline_layer_costs (n_layer positive numbers),
 pipeline_chunk_layout and pipeline_model_parallel_layout are checked for form and then treated as
 uniform; setting two layout flags is fatal.
 
-Differences from the real binaries worth knowing: the stand-in always computes on CPU; with
---dump_gradients the dump is taken after the first step this run executes (also on resume); for a
-parameter several ranks hold, the file is written once, by the highest global rank holding it (the
-deterministic "last writer": highest TP shard); checkpoints hold ``model.ckpt`` (numpy .npz of the
-rank's shards), ``optimizer.ckpt`` (empty .npz: SGD) and ``trainer_state.json`` in InfiniTrain's
-exact text, which has no comma after ``vocab_size`` (not valid JSON, as the real one); resume
-requires the same topology (as InfiniTrain checks); log files only when GLOG_log_dir is set.
+Loaders: master's checks in master's order and words (gpt2: n_kv_head stays 12, so n_head must be
+12, config.h:36; llama3: original_vocab_size stays 128256, config.h:31; TP divisibility in the
+TransformerModel constructor). Use the harness's ``infinitrain`` asset preset.
 
-Planted faults (environment variables):
+Differences from the real binaries worth knowing: the stand-in always computes on CPU (a toy
+per-token model: see model.py; the forward / backward run once per distinct input token and the
+lm head in row blocks of at most 64 MiB of logits); with --dump_gradients the dump is taken when
+the loop's step index is 0, after the optimizer step (a run resumed with --load dumps nothing, as
+#209); for a parameter several ranks hold, exactly one holder's copy is written (replicated ones
+whole, sharded ones that rank's TP shard), chosen by ``STANDIN_SHARD_WRITER``; checkpoints hold
+``model.ckpt`` (numpy .npz of the rank's shards), ``optimizer.ckpt`` (empty .npz: SGD) and
+``trainer_state.json`` in InfiniTrain's exact text, which has no comma after ``vocab_size`` (not
+valid JSON, as the real one); resume requires the same topology (as InfiniTrain checks); log files
+only when GLOG_log_dir is set (INFO / WARNING / ERROR files with glog's buffering, see glog.py).
+
+Environment variables:
 - ``STANDIN_PLANT="<param name>:<relative scale>"``: in runs with world > 1 only, that parameter's
   gradient is multiplied by (1 + scale) before the optimizer step (dump and later losses move).
+- ``STANDIN_PLANT_RANKS=all|r0,r1,...`` (default all): only those TP ranks' copies are scaled (a
+  replicated parameter's file is scaled when the writer is planted; the stand-in's single weight
+  copy takes the planted update when any rank is planted; a sharded one: those ranks' slices).
+- ``STANDIN_SHARD_WRITER=random|highest|lowest`` (default random, seeded from the process id, or
+  under infini_run the launcher's): which holder's copy a dumped file holds.
 - ``STANDIN_CRASH_RANK=r`` [``STANDIN_CRASH_STEP=s``, default 1]: the process playing global rank
   r logs ``F... Check failed: planted crash on rank r`` and aborts (SIGABRT) at step s.
+- ``STANDIN_CRASH_SIGNAL=SEGV|ABRT|FPE`` (with ``STANDIN_CRASH_STEP``, ``STANDIN_CRASH_RANK``,
+  default rank 0): at that step the rank logs ``Rank r: start forward`` (INFO: in the log file
+  only with ``GLOG_logbuflevel=-1``) and dies of the signal, nothing on stderr.
+- ``STANDIN_CPU_BF16_BROKEN=1``: bf16 on a CPU device breaks as InfiniTrain's does (llama3:
+  SIGSEGV in the first forward; gpt2: ``train loss -nan`` lines and a SIGSEGV at a varying step).
+  Off by default: bf16 works on the stand-in.
 - ``STANDIN_NO_STEP_LINES=1``: train, print no step line.
 - ``STANDIN_SLEEP=seconds``: sleep before training.
 """
