@@ -134,7 +134,11 @@ class ResultRecord:
         "the gradient diff summary (below), or null; `{compared: false, reason}` when the "
         "trainer cannot give comparable gradients")
     losses: list | None = doc("loss per step of the run")
+    steps: list | None = doc("the step number of each entry of `losses` (a resumed run "
+                             "starts at its checkpoint's step + 1); null in older records")
     reference_losses: list | None = doc("loss per step of its single-device reference")
+    reference_steps: list | None = doc("the step number of each entry of `reference_losses`; "
+                                       "null: the same steps as the run's")
     tokens_per_s: float | None = doc("mean over the steps after the first (the first includes "
                                      "warm-up)")
     peak_memory_mb: float | None = doc("the largest peak over steps")

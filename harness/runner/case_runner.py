@@ -294,6 +294,7 @@ class CaseRunner:
             record.parallel.schedule = ran["schedule"]  # what the trainer chose and ran
         steps = outputs.steps
         record.losses = [s.get("loss") for s in steps]
+        record.steps = [int(s["step"]) for s in steps]
         record.set(**throughput(steps))
         mark_checkpoint_done(flags, result.ok and not outputs.problem)
 
@@ -312,6 +313,7 @@ class CaseRunner:
         first = self.first_step(flags)
         ref_steps = [s for s in ref_steps if int(s["step"]) >= first]  # as compare_losses reads it
         record.reference_losses = [s.get("loss") for s in ref_steps]
+        record.reference_steps = [int(s["step"]) for s in ref_steps]
         relative = relative_thresholds(case.flags.get("dtype"))  # the scale-free verdict
         if case.compare.loss:
             loss = compare_losses(steps, ref_steps, case.tolerances.loss, relative.loss)

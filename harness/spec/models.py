@@ -439,8 +439,8 @@ LLAMA3_SPEC = register_model(ModelSpec(
         "small": _llama3_sizes(12, 128, 8, 4, 256, 1024, multiple_of=64),  # ffn 384
         "bench": _llama3_sizes(8, 256, 8, 4, 256, 8192, multiple_of=256),  # ffn 768
         # What InfiniTrain master's LLaMA 3 loader accepts: it never sets original_vocab_size,
-        # which stays 128256, and config.h checks vocab_size >= it. 4 KV heads: TP 4 and 8
-        # divide them as InfiniTrain requires. Width 32 keeps the 128256-row head cheap.
+        # which stays 128256, and config.h checks vocab_size >= it. 4 heads and 4 KV heads:
+        # TP 2 and 4 (the most InfiniTrain's config uses) divide them as InfiniTrain requires. Width 32 keeps the 128256-row head cheap.
         "infinitrain": _llama3_sizes(8, 32, 4, 4, 64, 128256, multiple_of=32),  # ffn 96
     },
 ))

@@ -6,14 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.cases import load_config
+from tests.infinitrain_standin.build import make_build_dir
 
 DATA = Path(__file__).resolve().parents[1] / "cases" / "data"
 
 
 def test_infinitrain_only_flags_skip_on_our_trainer_and_pass_through_a_command(tmp_path):
+    from harness.cases import Overrides
     from harness.runner import CaseRunner, Settings
 
-    config = load_config(DATA / "infinitrain_test_config.json")
+    # InfiniTrain's config selects its binaries (BUILD_DIR); asked for our trainer explicitly
+    config = load_config(DATA / "infinitrain_test_config.json", Overrides(backend="harness"))
     settings = Settings(session_id="s", session_dir=tmp_path, reference_root=tmp_path / "r",
                         lease_dir=tmp_path / "l", slots=4, device="cpu", timeout_s=10)
     runner = CaseRunner(config, settings)
@@ -60,7 +63,8 @@ def test_a_harness_side_error_is_an_error_and_releases_a_waiting_resume(tmp_path
     config = load_config(DATA / "infinitrain_test_config.json")
     settings = Settings(session_id="s", session_dir=tmp_path, reference_root=tmp_path / "r",
                         lease_dir=tmp_path / "l", slots=8, device="cpu", timeout_s=10)
-    runner = CaseRunner(config, settings, backend=InfiniTrainBackend(tmp_path))
+    runner = CaseRunner(config, settings,
+                        backend=InfiniTrainBackend(make_build_dir(tmp_path / "build")))
     cases = {c.name: c for c in config.cases}
     outcome = runner.run(cases["checkpoint/gpt2/ckpt_no_resume"])
     record = outcome.record
@@ -97,7 +101,7 @@ def test_over_nodes_a_case_and_its_reference_topology_are_placed_or_skipped(tmp_
         settings = Settings(session_id="s", session_dir=tmp_path, reference_root=tmp_path / "r",
                             lease_dir=tmp_path / "l", slots=slots, device="cpu", timeout_s=10,
                             **placement)
-        backend = InfiniTrainBackend(tmp_path) if foreign else None
+        backend = InfiniTrainBackend(make_build_dir(tmp_path / "build")) if foreign else None
         return CaseRunner(config, settings, backend=backend).skip_reason(cases[case_id])
 
     two_nodes = {"nnodes": 2, "nproc_per_node": 2}
