@@ -42,7 +42,10 @@ _LAUNCHER_PATHS = ("infini_run", "tools/infini_run/infini_run")
 _LIBRARY = re.compile(r"\.so(\.\d+)*$|\.a$")
 # glog's line prefix: severity, date, time, thread id, file:line]
 _GLOG_PREFIX = re.compile(r"^[IWEF](?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] ", re.M)
-_FATAL = re.compile(r"^F(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] (?P<message>.*)$", re.M)
+_FATAL = re.compile(r"^F(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ (?P<where>[^\]]*)\] "
+                    r"(?P<message>.*)$", re.M)
+# The loaders' checks of a model file (example/*/config.h, checkpoint_loader.cc)
+_LOADER_SOURCES = ("config.h", "checkpoint_loader")
 _UNKNOWN_FLAG = re.compile(r"unknown command line flag '(?P<flag>[^']+)'")
 _RANK = re.compile(r"\b[Rr]ank[ _:]*(\d+)")
 # Defaults of the two flags that decide which steps a run prints (InfiniTrain's main.cc).
@@ -230,7 +233,8 @@ class InfiniTrainBackend:
         fatal = _FATAL.search(text)
         if fatal:
             message = fatal["message"].strip()
-            return f"a rank stopped on a fatal error: {message}{self._asset_hint(spec, message)}"
+            hint = self._asset_hint(spec) if fatal["where"].startswith(_LOADER_SOURCES) else ""
+            return f"a rank stopped on a fatal error: {message}{hint}"
         if result.timed_out:
             return None  # said by the runner, with the timeout
         expected = self.expected_steps(spec.flags)
@@ -249,10 +253,8 @@ class InfiniTrainBackend:
             return f"the {spec.model} binary exited 0 with {lines}"
         return f"the {spec.model} binary stopped early: {lines}"
 
-    def _asset_hint(self, spec: LaunchSpec, message: str) -> str:
+    def _asset_hint(self, spec: LaunchSpec) -> str:
         """For a loader check that refused the model file: the file, and what would load."""
-        if "config.h" not in message and "checkpoint_loader" not in message:
-            return ""
         return (f" (the model file {spec.checkpoint} is refused by {spec.model}'s loader; the "
                 f"harness's synthetic assets of preset `infinitrain` load in InfiniTrain "
                 f"master: leave the config's model files unset, or set assets.preset to "

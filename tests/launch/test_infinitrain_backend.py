@@ -27,11 +27,29 @@ def _executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
     return path
 
 
+# What the dummy binaries list (gflags' --helpxml): gpt2 has #209's --dump_gradients, llama3 not.
+LISTED = {"gpt2": ("dtype", "batch_size", "num_iteration", "tensor_parallel", "dump_gradients",
+                   "nthread_per_process", "lora_rank"),
+          "llama3": ("dtype", "batch_size", "num_iteration", "tensor_parallel", "lora_rank",
+                     "nthread_per_process")}
+
+
+def _listing_binary(path: Path, flags, cuda: bool = True) -> Path:
+    xml = "".join(f"<flag><file>main.cc</file><name>{f}</name><meaning>m</meaning>"
+                  f"<default></default><current></current><type>string</type></flag>"
+                  for f in flags)
+    links = "# links: libcudart.so libnccl.so\n" if cuda else ""
+    return _executable(path, f"#!/bin/sh\n# {path.name}\n{links}"
+                             f"case \"$1\" in --helpxml) echo '<AllFlags>{xml}</AllFlags>'; "
+                             f"exit 1;; esac\nexit 0\n")
+
+
 @pytest.fixture
 def build(tmp_path) -> Path:
     folder = tmp_path / "build"
-    for name in (*MODELS, "infini_run"):
-        _executable(folder / name, f"#!/bin/sh\n# {name}\nexit 0\n")
+    for name in MODELS:
+        _listing_binary(folder / name, LISTED[name])
+    _executable(folder / "infini_run", "#!/bin/sh\n# infini_run\nexit 0\n")
     return folder
 
 
@@ -226,9 +244,8 @@ def test_dump_gradients_only_with_a_gradients_dir(build, tmp_path):
         _spec(tmp_path, gradients=True, world_size=2))
 
 
-def test_no_dump_gradients_for_a_binary_without_it(build, tmp_path):
+def test_no_dump_gradients_for_a_binary_whose_listing_lacks_it(build, tmp_path):
     backend = InfiniTrainBackend(build)
-    backend.no_gradient_dump.add("llama3")
     assert not [a for a in backend.command(_spec(tmp_path, model="llama3", gradients=True))
                 if a.startswith("--dump_gradients")]
     assert [a for a in backend.command(_spec(tmp_path, model="gpt2", gradients=True))
@@ -345,7 +362,7 @@ def test_failing_rank_is_none_without_a_rank(build, tmp_path):
 def test_exit_0_with_missing_steps_is_a_problem(build, tmp_path):
     spec = _spec(tmp_path, flags={"num_iteration": 3})
     outputs = InfiniTrainBackend(build).collect(spec, _result(spec, stderr=_step(1) + _step(3)))
-    assert outputs.problem.startswith("exit code 0 but 1 of 3 step lines missing (step 2)")
+    assert outputs.problem == "the gpt2 binary exited 0 with 1 of 3 step lines missing (step 2)"
     assert [s["step"] for s in outputs.steps] == [1, 3]
 
 
@@ -369,26 +386,73 @@ def test_an_unknown_flag_names_the_flag_and_the_binary(build, tmp_path):
     outputs = backend.collect(spec, _result(spec, stderr=stderr, returncode=1))
     assert "--foo" in outputs.problem
     assert str(build.resolve() / "gpt2") in outputs.problem
-    assert not backend.learn(spec, outputs)
-    assert backend.no_gradient_dump == set()
 
 
-def test_learn_remembers_a_binary_without_dump_gradients(build, tmp_path):
-    backend = InfiniTrainBackend(build)
+def test_capabilities_come_from_the_listing_before_any_run(build, tmp_path):
+    backend = InfiniTrainBackend(build, facts_dir=tmp_path / "facts")
     spec = _spec(tmp_path, model="llama3", flags={"num_iteration": 3}, gradients=True)
-    assert "--dump_gradients" in " ".join(backend.command(spec))
-    stderr = "ERROR: unknown command line flag 'dump_gradients'\n"
-    outputs = backend.collect(spec, _result(spec, stderr=stderr, returncode=1))
-    assert "rejects the flag --dump_gradients" in outputs.problem
-    assert backend.learn(spec, outputs)
-    assert backend.no_gradient_dump == {"llama3"}
     assert "--dump_gradients" not in " ".join(backend.command(spec))
-    assert "llama3" in backend.gradients_unavailable("llama3", {})
+    assert "llama3 binary lists no --dump_gradients" in backend.gradients_unavailable("llama3", {})
     assert backend.gradients_unavailable("gpt2", {}) is None
-    # a run that went well teaches nothing
-    ok = backend.collect(spec, _result(spec, stderr=_step(1) + _step(2) + _step(3)))
-    assert ok.problem is None and not backend.learn(_spec(tmp_path), ok)
-    assert backend.no_gradient_dump == {"llama3"}
+    # a flag the listing does not name skips the case; one it names does not
+    assert backend.unsupported("gpt2", {"lora_rank": 8, "dtype": "float32"}, 1) is None
+    reason = backend.unsupported("llama3", {"pipeline_layer_partition": "4,4", "zero_stage": 1}, 1)
+    assert reason.startswith("this build's llama3 binary does not accept "
+                             "--pipeline_layer_partition, --zero_stage (not in its --helpxml")
+    # a fresh backend (another session, another worker) decides the same from the store
+    again = InfiniTrainBackend(build, facts_dir=tmp_path / "facts")
+    assert again.gradients_unavailable("llama3", {}) == backend.gradients_unavailable("llama3", {})
+    assert len(list((tmp_path / "facts").glob("*.json"))) == 2  # one entry per binary
+
+
+def test_a_build_without_cuda_cannot_run_several_ranks(tmp_path):
+    folder = tmp_path / "cpu-build"
+    _listing_binary(folder / "gpt2", LISTED["gpt2"], cuda=False)
+    backend = InfiniTrainBackend(folder, facts_dir=tmp_path / "facts")
+    assert backend.unsupported("gpt2", {}, 1) is None
+    reason = backend.unsupported("gpt2", {"tensor_parallel": 2}, 8)
+    assert reason.startswith("needs 8 ranks, but this build of gpt2 has no CUDA (its binary "
+                             "links no libcudart / libnccl)")
+
+
+def test_a_binary_that_answers_no_listing_is_one_clear_line(tmp_path):
+    folder = tmp_path / "odd-build"
+    _executable(folder / "gpt2", "#!/bin/sh\necho 'usage: gpt2'\nexit 2\n")
+    backend = InfiniTrainBackend(folder, facts_dir=tmp_path / "facts")
+    with pytest.raises(InfiniTrainError) as raised:
+        backend.unsupported("gpt2", {}, 1)
+    assert str(raised.value) == (
+        f"{folder.resolve() / 'gpt2'}: answers no flag listing (`gpt2 --helpxml` printed "
+        f"'usage: gpt2'); expected gflags' XML listing (<AllFlags>...</AllFlags>), as "
+        f"InfiniTrain's binaries print")
+
+
+def test_a_signal_crash_names_the_binary_not_infini_run_in_threads_mode(build, tmp_path):
+    spec = _spec(tmp_path, flags={"num_iteration": 3}, world_size=2)
+    threads = InfiniTrainBackend(build).collect(spec, _result(spec, stderr=_step(1),
+                                                              returncode=-11))
+    assert threads.problem == "the gpt2 binary stopped early: 2 of 3 step lines missing (step 2, 3)"
+    infini = InfiniTrainBackend(build, launch="infini_run").collect(
+        spec, _result(spec, stderr=_step(1), returncode=0))
+    assert infini.problem.endswith("a rank crashed or stopped early (infini_run exits 0 "
+                                   "whatever its children do)")
+
+
+def test_glog_writes_every_line_unbuffered(build, tmp_path):
+    env = InfiniTrainBackend(build).environment(_spec(tmp_path))
+    assert env["GLOG_logbuflevel"] == "-1"
+
+
+def test_a_loader_check_names_the_file_and_the_preset_that_loads(build, tmp_path):
+    spec = _spec(tmp_path, flags={"num_iteration": 1})
+    stderr = ("F20261201 09:39:57.000100 13918 config.h:36] Check failed: c.n_kv_head == "
+              "c.n_head (12 vs. 4) GPT-2 does not use GQA; n_kv_head must equal n_head\n")
+    problem = InfiniTrainBackend(build).collect(spec, _result(spec, stderr=stderr,
+                                                              returncode=-6)).problem
+    assert problem.startswith("a rank stopped on a fatal error: Check failed: c.n_kv_head == "
+                              "c.n_head (12 vs. 4)")
+    assert f"the model file {spec.checkpoint} is refused by gpt2's loader" in problem
+    assert "preset `infinitrain`" in problem
 
 
 def test_strip_glog_prefix():
@@ -402,14 +466,14 @@ def test_strip_glog_prefix():
 def test_gradients_unavailable(build):
     backend = InfiniTrainBackend(build)
     assert backend.gradients_unavailable("gpt2", {}) is None
-    assert backend.gradients_unavailable("gpt2", {"tensor_parallel": 1,
-                                                  "pipeline_parallel": 4}) is None
-    assert "tensor parallelism" in backend.gradients_unavailable("gpt2", {"tensor_parallel": 2})
-    assert "tensor parallelism" in backend.gradients_unavailable("gpt2", {"tensor_parallel": "4"})
-    assert "resumed" in backend.gradients_unavailable(
-        "gpt2", {"load": "/c/x/checkpoint_step_000030"})
+    # TP dumps are compared (replicated files whole, shards against their slice)
+    assert backend.gradients_unavailable("gpt2", {"tensor_parallel": 2}) is None
+    assert backend.gradient_shards({"tensor_parallel": "4"}) == 4
+    assert backend.gradient_shards({}) == 1
+    assert backend.gradients_unavailable("gpt2", {"load": "/c/x/checkpoint_step_000030"}) == (
+        "not compared for a resumed run: InfiniTrain dumps gradients only on the first step of "
+        "a run from scratch (the loop's step index 0)")
     assert backend.gradients_unavailable("gpt2", {"load": ""}) is None
-    backend.no_gradient_dump.add("llama3")
     reason = backend.gradients_unavailable("llama3", {})
     assert "llama3" in reason and "--dump_gradients" in reason
 
