@@ -31,7 +31,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from harness.spec.flags import flag_argv
+from harness.spec.flags import FLAG_TABLE, flag_argv
 
 from .backends import LaunchSpec, RunOutputs, base_environment, parse_step_lines, run_command
 from .binary_facts import BinaryFacts, BinaryFactsError, learn_binary
@@ -132,9 +132,17 @@ class InfiniTrainBackend:
 
     def unsupported(self, model: str, args: dict, world_size: int) -> str | None:
         """Why this build cannot run these flags at all, from the binary's own facts, or None:
-        a flag its listing does not name, or several ranks on a build without CUDA."""
+        a known flag its listing lacks (an older build, master without #209's flags), or
+        several ranks on a build without CUDA. A flag neither the binary nor the flag table
+        knows is no build's feature but a mistake in the config: an error, not a quiet skip."""
         facts = self.facts(model)
         unknown = sorted(name for name in args if not facts.accepts(name))
+        mistakes = [name for name in unknown if name not in FLAG_TABLE]
+        if mistakes:
+            raise InfiniTrainError(
+                f"the {model} binary ({self.binary(model)}) does not accept "
+                f"{', '.join('--' + n for n in mistakes)}: not in its --helpxml flag listing, "
+                f"nor a flag the harness knows (a misspelt flag?)")
         if unknown:
             return (f"this build's {model} binary does not accept "
                     f"{', '.join('--' + n for n in unknown)} (not in its --helpxml flag "

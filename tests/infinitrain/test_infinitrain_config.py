@@ -30,27 +30,28 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def infinitrain(tmp_path_factory):
-    """A stand-in build folder and the model files, as --harness-var options.
+    """A stand-in build folder (#209's flags, CUDA) and the model files, as --harness-var
+    options.
 
-    The stand-in computes InfiniTrain's configs at their own batch sizes (5,120 tokens a step,
-    up to 50 steps) in numpy, so the models are as small as the config's layouts allow: 8 layers
-    (PP 8, and PP 4 x VPP 2), 4 heads with 4 KV heads (TP 4: InfiniTrain refuses a KV-head
-    count TP does not divide, as LLaMA 3.2 1B's 8 KV heads pass), width 16 and a vocabulary of
-    128 (the token files are bytes of English text, < 128). That is about a third of the
-    tiny preset's arithmetic."""
+    The files pass InfiniTrain master's loader checks, which the stand-in enforces: GPT-2 with
+    12 heads (its loader leaves n_kv_head at 12) and LLaMA 3 with a 128256-token vocabulary (its
+    loader leaves original_vocab_size at 128256). Otherwise as small as the config's layouts
+    allow: 8 layers (PP 8, and PP 4 x VPP 2), widths 24 and 16; LLaMA 3 with 4 heads and 4 KV
+    heads (TP 4 divides both, as InfiniTrain requires). The stand-in computes the config's own
+    batch sizes (5,120 tokens a step, up to 50 steps) in numpy."""
     root = tmp_path_factory.mktemp("infinitrain")
     build = make_build_dir(root / "build")
-    assets = ensure_assets("tiny")
+    assets = ensure_assets("infinitrain")
     from harness.assets.generate import init_weights
     from harness.spec.llmc.checkpoint import write_checkpoint
     from harness.spec.models import GPT2Config, LLaMA3Config
 
     configs = {
-        "gpt2": GPT2Config(block_size=64, vocab_size=128, n_layer=8, n_head=4, n_embd=16,
-                           padded_vocab_size=128),
-        "llama3": LLaMA3Config(block_size=64, vocab_size=128, n_layer=8, n_head=4, n_kv_head=4,
-                               n_embd=16, ffn_dim_multiplier=1.0, multiple_of=16, norm_eps=1e-5,
-                               rope_theta=10000.0, use_scaled_rope=True),
+        "gpt2": GPT2Config(block_size=64, vocab_size=128, n_layer=8, n_head=12, n_embd=24,
+                           padded_vocab_size=160),
+        "llama3": LLaMA3Config(block_size=64, vocab_size=128256, n_layer=8, n_head=4,
+                               n_kv_head=4, n_embd=16, ffn_dim_multiplier=1.0, multiple_of=16,
+                               norm_eps=1e-5, rope_theta=10000.0, use_scaled_rope=True),
     }
     variables = {}
     for model, config in configs.items():
@@ -82,7 +83,19 @@ def test_the_config_is_infinitrains_own_file():
     assert CONFIG.read_bytes() == SHARED.read_bytes()
 
 
+def _statuses(records: list[dict]) -> dict[str, tuple]:
+    """What a session decided per case: status, and whether (and why not) gradients were
+    compared."""
+    def gradients(r):
+        g = r.get("gradients") or {}
+        return g.get("reason") if g.get("compared") is False else g.get("parameters")
+    return {r["name"]: (r["status"], r.get("reason"), gradients(r)) for r in records}
+
+
 def test_every_case_of_infinitrains_config_is_compared_or_skipped_with_a_reason(infinitrain):
+    """The whole config, from a cold cache under -n 2, then again into the same output folder
+    (a warm reference cache and binary facts, as every nightly after the first), serially:
+    the verdicts must not depend on cache state, case order or worker."""
     root, build, var_args = infinitrain
     # Two xdist workers, and 16 device slots so that both can hold an 8-device case at once
     # (threads mode runs a case as one process: the slots are only leases here).
@@ -101,21 +114,31 @@ def test_every_case_of_infinitrains_config_is_compared_or_skipped_with_a_reason(
     for r in records:
         if r["status"] == "passed":
             assert r["loss"]["compared"] == len(r["losses"]) > 0, r["name"]
-    # Gradients: GPT-2 dumps them (#209's --dump_gradients), except under TP (un-gathered
-    # shards) and for resumed runs; LLaMA 3's binary has no --dump_gradients.
+    # Gradients: GPT-2 dumps them (#209's --dump_gradients), under TP too (replicated files
+    # whole, sharded ones against their TP slice); resumed runs dump nothing; LLaMA 3's
+    # binary lists no --dump_gradients.
     assert all(r["model"] == "gpt2" and r["gradients"]["parameters"] > 0
                for r in with_gradients)
     reasons = Counter(r["gradients"]["reason"].split(":")[0].split(" (")[0] for r in loss_only)
-    assert all(r["model"] == "llama3" or r["flags"].get("tensor_parallel", 1) > 1
-               or r["flags"].get("load") for r in loss_only)
+    assert all(r["model"] == "llama3" or r["flags"].get("load") for r in loss_only)
     assert {r["name"] for r in with_gradients} >= {"basic/gpt2/6", "basic/gpt2/7",
                                                     "lora/gpt2/6_lora", "zero/gpt2/3_zero2"}
-    # The resumed cases ran steps 31..50 and were compared on those.
+    tp = [r for r in with_gradients if int(r["flags"].get("tensor_parallel", 1)) > 1]
+    assert len(tp) >= 20 and all(r["gradients"]["tp_slices"] > 0 for r in tp)
+    # The resumed cases ran steps 31..50 and were compared on those, at their own steps.
     resumed = next(r for r in records if r["name"] == "checkpoint/gpt2/ckpt_resume")
     assert resumed["status"] == "passed" and len(resumed["losses"]) == 20
+    assert resumed["steps"] == list(range(31, 51))
     assert not skipped, [(r["name"], r["reason"]) for r in skipped]
     print(f"\nInfiniTrain config on the stand-in: {len(with_gradients)} compared on loss and "
-          f"gradients, {len(loss_only)} on loss only ({dict(reasons)}), {len(skipped)} skipped")
+          f"gradients ({len(tp)} under TP), {len(loss_only)} on loss only ({dict(reasons)}), "
+          f"{len(skipped)} skipped")
+
+    # The second session: same output folder, warm cache, one worker, the same verdicts.
+    result, again = run_session(root, build, var_args, root / "all", "--gpus", "16")
+    assert len(list((root / "all").glob("sessions/*/results.jsonl"))) == 2
+    assert _statuses(again) == _statuses(records), (result.stdout + result.stderr)[-3000:]
+    assert all(r["reference"]["built"] is False for r in again if r["status"] == "passed")
 
 
 # infini_run starts one process per device, each computing the stand-in's model: the 4-process

@@ -402,6 +402,10 @@ def test_capabilities_come_from_the_listing_before_any_run(build, tmp_path):
     # a fresh backend (another session, another worker) decides the same from the store
     again = InfiniTrainBackend(build, facts_dir=tmp_path / "facts")
     assert again.gradients_unavailable("llama3", {}) == backend.gradients_unavailable("llama3", {})
+    # a flag neither the binary nor the harness knows is a mistake, not a build's feature
+    with pytest.raises(InfiniTrainError, match=r"does not accept --my_new_flag: not in its "
+                                               r"--helpxml flag listing, nor a flag the harness"):
+        backend.unsupported("gpt2", {"my_new_flag": 3, "zero_stage": 1}, 1)
     assert len(list((tmp_path / "facts").glob("*.json"))) == 2  # one entry per binary
 
 
