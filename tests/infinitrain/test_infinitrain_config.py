@@ -194,9 +194,10 @@ def _one_case_config(root: Path, args: dict) -> Path:
 
 @pytest.mark.parametrize("args, env, expected", [
     ({"dtype": "float32", "my_new_flag": 3}, {},
-     "the gpt2 binary ({build}/gpt2) rejects the flag --my_new_flag"),
+     "the gpt2 binary ({build}/gpt2) does not accept --my_new_flag: not in its --helpxml "
+     "flag listing, nor a flag the harness knows"),
     ({"dtype": "float32"}, {"STANDIN_NO_STEP_LINES": "1"},
-     "exit code 0 but 10 of 10 step lines missing (step 1, 2, 3, 4, 5, ...)"),
+     "the gpt2 binary exited 0 with 10 of 10 step lines missing (step 1, 2, 3, 4, 5, ...)"),
     # Refused by harness.layout before anything launches (the binary is never run).
     ({"nthread_per_process": 2, "pipeline_parallel": 2, "pipeline_layer_partition": "3,3"},
      {"STANDIN_CRASH_RANK": "0"},
@@ -263,7 +264,8 @@ def test_a_reference_topology_that_cannot_run_the_model_is_one_clear_line(infini
     (record,) = [json.loads(line) for line in results.read_text().splitlines()]
     assert record["status"] == "error", output[-3000:]
     assert ("the reference (nthread_per_process=8, tensor_parallel=8) failed: a rank stopped "
-            "on a fatal error: Check failed: n_head % tp_size == 0") in record["errors"][0]
+            "on a fatal error: Check failed: config.n_head % tp_world_size == 0 (4 vs. 0) n_head "
+            "must be divisible by TP world size") in record["errors"][0]
 
 
 def test_golden_records_replace_the_reference_and_say_where_they_came_from(infinitrain):
@@ -308,3 +310,45 @@ def test_golden_records_replace_the_reference_and_say_where_they_came_from(infin
                              "llama3 and 6 and not bfloat16", "--harness-golden", str(golden))
     assert records[0]["status"] == "error"  # no LLaMA 3 reference was recorded
     assert "basic/llama3/6: no golden record for its reference in" in records[0]["errors"][0]
+
+
+def test_a_tp_reduction_bug_in_a_replicated_parameter_is_caught_and_located(infinitrain):
+    """TP 4 x DP 2: a layer norm's gradient (whole on every TP rank) scaled by 1e-3 on every
+    rank, as a missing or doubled TP / SP reduction would. The TP dump's replicated file is
+    compared whole with the reference and names the parameter, its layer and stage."""
+    root, build, var_args = infinitrain
+    result, records = run_session(
+        root, build, var_args, root / "planted-tp", "-m", "basic", "-k",
+        "gpt2 and 4 and not bfloat16",
+        env={"STANDIN_PLANT": "transformer.h.1.ln_1.weight:1e-3", "STANDIN_PLANT_RANKS": "all"})
+    output = result.stdout + result.stderr
+    (record,) = records
+    assert record["status"] == "failed", output[-3000:]
+    # The scale-free verdict finds it (the element-wise atol 1e-5 is above gradients this small)
+    relative = record["gradients"]["relative"]
+    assert relative["failed"] == ["transformer.h.1.ln_1.weight"]
+    assert relative["worst_stage"] == "0" and relative["worst"] == pytest.approx(1e-3, rel=0.01)
+    planted = next(w for w in record["gradients"]["worst"]
+                   if w["name"] == "transformer.h.1.ln_1.weight")
+    assert planted["layer"] == "1"
+    assert "shard" not in planted  # compared whole: TP does not shard a layer norm
+    assert record["gradients"]["tp_slices"] > 0  # the sharded files were compared by slice
+    assert "transformer.h.1.ln_1.weight" in output
+
+
+def test_a_signal_crash_is_named_with_the_binary_last_line(infinitrain):
+    """A segfault (as bf16 on a CPU build) has nothing on stderr: the failure names SIGSEGV,
+    blames the binary (not infini_run, which did not run) and shows glog's last line, which
+    unbuffered glog (GLOG_logbuflevel=-1) has written."""
+    root, build, var_args = infinitrain
+    result, records = run_session(
+        root, build, var_args, root / "segv", "-m", "basic", "-k", "gpt2 and 1 and not bfloat16",
+        env={"STANDIN_CRASH_SIGNAL": "SEGV", "STANDIN_CRASH_STEP": "2"})
+    output = result.stdout + result.stderr
+    (record,) = records
+    assert record["status"] == "error", output[-3000:]  # its reference (the same run) crashed
+    text = record["errors"][0]
+    assert "killed by signal SIGSEGV (exit code -11)" in text
+    assert "the gpt2 binary stopped early: 9 of 10 step lines missing" in text
+    assert "infini_run" not in text.splitlines()[0]
+    assert "Rank 0: start forward" in text
