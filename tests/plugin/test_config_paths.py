@@ -64,6 +64,7 @@ def test_a_config_outside_the_rootdir_runs_and_the_summary_says_where(
     # The plugin's last summary section; pytest's own result line follows it.
     assert lines[start + 1:] == [
         f"session folder: {session.resolve()}",
+        "trainer: command (fake-1), device cpu",  # the trainer under test, stated
         "  fake / gpt2: 2 passed", "  fake / llama3: 1 passed",
         f"report: python -m harness.report {session.resolve()}",
         lines[-1]]
