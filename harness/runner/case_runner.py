@@ -80,7 +80,7 @@ def trainer_identity(config: HarnessConfig, device: str) -> dict:
             version = HarnessBackend().version()
     except (OSError, ValueError):
         pass  # an unusable build: each case says why
-    build = str(spec.build_dir) if spec.build_dir is not None else None
+    build = str(spec.build_dir.resolve()) if spec.build_dir is not None else None
     return {"name": spec.backend, "version": version, "build_dir": build, "device": device}
 
 

@@ -352,3 +352,62 @@ def test_a_signal_crash_is_named_with_the_binary_last_line(infinitrain):
     assert "the gpt2 binary stopped early: 9 of 10 step lines missing" in text
     assert "infini_run" not in text.splitlines()[0]
     assert "Rank 0: start forward" in text
+
+
+def _run_plain(root: Path, config: Path, out: Path, *more: str) -> tuple[str, list[dict]]:
+    """A session without --harness-trainer / --infinitrain-build: what the config alone says."""
+    (root / "pytest.ini").write_text("[pytest]\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir", str(root),
+         "-p", "no:cacheprovider", "-q", "--harness-config", str(config), "--gpus", "8",
+         "--harness-output", str(out), *more], cwd=root, capture_output=True, text=True,
+        timeout=600)
+    results = sorted(out.glob("sessions/*/results.jsonl"))
+    records = [json.loads(line) for line in results[-1].read_text().splitlines()] \
+        if results else []
+    return result.stdout + result.stderr, records
+
+
+def test_infinitrains_config_alone_selects_its_binaries_or_says_what_to_pass(infinitrain):
+    """A config with InfiniTrain's shape (a BUILD_DIR variable) runs InfiniTrain's binaries
+    from BUILD_DIR, as its scripts do, and says so; where BUILD_DIR is no folder, every case is
+    an error naming the options, never a silent run of the bundled trainer."""
+    root, build, var_args = infinitrain
+    scripts = root / "InfiniTrain" / "scripts"
+    scripts.mkdir(parents=True)
+    config = scripts / "test_config.json"
+    config.write_bytes(CONFIG.read_bytes())  # BUILD_DIR ../build: InfiniTrain/build
+    select = ["-m", "basic", "-k", "gpt2 and 1 and not bfloat16"]
+    output, records = _run_plain(root, config, root / "plain-missing", *var_args, *select)
+    (record,) = records
+    assert record["status"] == "error", output[-3000:]
+    assert record["errors"][0] == (
+        f"basic/gpt2/1: variable BUILD_DIR {scripts / '..' / 'build'}: not a folder; expected InfiniTrain's build "
+        f"folder (holding gpt2 and llama3); the config has InfiniTrain's shape, so its cases "
+        f"run InfiniTrain's binaries: pass --infinitrain-build DIR, or --harness-trainer "
+        f"harness for the bundled trainer")
+    assert record["trainer"] == "infinitrain"
+
+    make_build_dir(root / "InfiniTrain" / "build")
+    output, records = _run_plain(root, config, root / "plain", *var_args, *select)
+    (record,) = records
+    assert (record["status"], record["trainer"]) == ("passed", "infinitrain"), output[-3000:]
+    assert f"trainer: infinitrain (infinitrain-" in output
+    assert f"build {(root / 'InfiniTrain' / 'build').resolve()}), device cpu" in output
+    (header,) = (root / "plain").glob("sessions/*/session.json")
+    assert json.loads(header.read_text())["trainer"]["name"] == "infinitrain"
+
+
+def test_a_build_folder_with_one_binary_loses_no_case(infinitrain, tmp_path):
+    root, _, var_args = infinitrain
+    only = make_build_dir(tmp_path / "only-gpt2", models=("gpt2",))
+    result, records = run_session(root, only, var_args, tmp_path / "out", "-m", "basic", "-k",
+                                  "1 and not bfloat16")
+    by_name = {r["name"]: r for r in records}
+    assert set(by_name) == {"basic/gpt2/1", "basic/llama3/1"}, result.stdout[-3000:]
+    assert by_name["basic/gpt2/1"]["status"] == "passed"
+    llama = by_name["basic/llama3/1"]
+    assert llama["status"] == "error"
+    assert llama["errors"][0].startswith(
+        f"basic/llama3/1: InfiniTrainError: {only.resolve()}: no `llama3` binary in "
+        f"InfiniTrain's build folder")

@@ -208,3 +208,37 @@ def test_the_whole_session_flow_with_rerooted_paths(tmp_path):
     Path(resumer["load"]).mkdir(parents=True)
     mark_checkpoint_done(saver, ok=True)
     assert wait_for_checkpoint(resumer, timeout_s=1, poll_s=POLL) is None
+
+
+# ------------------------------------------------------------------ settle_checkpoints
+
+
+def _saved(root: Path, name: str) -> str:
+    folder = root / name / "checkpoint_step_000010"
+    folder.mkdir(parents=True)
+    (folder / "model.ckpt").write_bytes(b"x")
+    return str(root / name)
+
+
+def test_checkpoints_go_as_the_dumps_of_passing_cases_go(tmp_path):
+    from harness.runner.checkpoints import settle_checkpoints
+
+    def session(keep: str):
+        root = tmp_path / keep
+        ok, resumed_from, failed = (_saved(root, n) for n in ("ok", "resumed", "failed"))
+        resume_save = _saved(root, "resume")
+        records = [
+            {"name": "ok", "status": "passed", "flags": {"save": ok}},
+            {"name": "base", "status": "passed", "flags": {"save": resumed_from}},
+            {"name": "resume", "status": "failed",
+             "flags": {"load": f"{resumed_from}/checkpoint_step_000010", "save": resume_save}},
+            {"name": "bad", "status": "failed", "flags": {"save": failed}},
+            {"name": "plain", "status": "passed", "flags": {"dtype": "float32"}},
+        ]
+        removed = settle_checkpoints(records, keep)
+        return {Path(p).name for p in removed}, {p.name for p in root.iterdir()}
+
+    # failed: a failed case's checkpoint stays, and so does the one a failed resume read
+    assert session("failed") == ({"ok"}, {"resumed", "failed", "resume"})
+    assert session("none") == ({"ok", "resumed", "failed", "resume"}, set())
+    assert session("all") == (set(), {"ok", "resumed", "failed", "resume"})

@@ -68,6 +68,23 @@ def test_a_signal_is_named_and_an_unknown_one_numbered(tmp_path):
     assert text.splitlines()[0] == "basic/gpt2/pp2: the reference failed: killed by signal 200 (exit code -200)"
 
 
+def test_a_native_crash_names_its_signal_also_as_a_shell_reports_it(tmp_path):
+    from harness.runner.diagnosis import exit_text
+
+    assert exit_text(-11) == "killed by signal SIGSEGV (exit code -11)"
+    assert exit_text(-8) == "killed by signal SIGFPE (exit code -8)"
+    assert exit_text(134) == ("killed by signal SIGABRT (exit code 134 = 128 + 6, as a shell "
+                              "reports it)")
+    assert exit_text(136).startswith("killed by signal SIGFPE")
+    assert exit_text(130) == "exit code 130"  # SIGINT: not a crash signal
+    assert exit_text(1) == "exit code 1"
+    text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, -6), None, {}, 60,
+                      problem="the gpt2 binary stopped early: 3 of 10 step lines missing")
+    assert text.splitlines()[0] == ("basic/gpt2/pp2: the run failed: the gpt2 binary stopped "
+                                    "early: 3 of 10 step lines missing (killed by signal "
+                                    "SIGABRT (exit code -6))")
+
+
 def test_timeout_shows_six_lines_of_every_rank(tmp_path):
     logs = _rank_logs(tmp_path)
     text = crash_text(CASE, _spec(tmp_path), _result(tmp_path, None, timed_out=True), None,
