@@ -119,8 +119,9 @@ def pytest_configure(config: pytest.Config) -> None:
         elif not any(path == Path(a.split("::")[0]).resolve() or Path(a).resolve() in path.parents
                      for a in config.args):
             config.args.append(str(path))
+    # Absolute: trainers run in folders of their own, where a relative path means another place
     output = Path(config.getoption("--harness-output") or env_output()
-                  or config.rootpath / DEFAULT_OUTPUT)
+                  or config.rootpath / DEFAULT_OUTPUT).resolve()
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and _SESSION_KEY in workerinput:
         session_dir = Path(workerinput[_SESSION_KEY])
@@ -131,7 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
     cache = config.getoption("--harness-reference-cache")
     config.stash[_SETTINGS] = {
         "config_path": path, "output": output, "session_dir": session_dir, "worker": worker,
-        "reference_root": Path(cache) if cache else output / "reference-cache",
+        "reference_root": Path(cache).resolve() if cache else output / "reference-cache",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "header": None,
     }
     if config.pluginmanager.hasplugin("xdist"):

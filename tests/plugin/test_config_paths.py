@@ -91,3 +91,17 @@ def test_harness_config_alone_does_not_add_the_testpaths(pytester, harness_dir):
     result = pytester.runpytest(*plugin_args(), *COMMON, "-q", "--co")
     result.stdout.fnmatch_lines(["unit/test_unit.py::test_unit", "cases.json::fake/gpt2/ok",
                                  "*3 tests collected*"])
+
+
+def test_a_relative_output_folder_is_taken_from_where_pytest_runs(pytester, harness_dir):
+    """Trainers run in folders of their own: a relative --harness-output must not reach them
+    as a relative path (a reference would dump into a folder the harness never reads)."""
+    harness_dir(fake_config(OK))
+    result = pytester.runpytest(*plugin_args(), "cases.json", "--harness-output", "rel-out",
+                                *COMMON)
+    result.assert_outcomes(passed=2)
+    [results] = (pytester.path / "rel-out").glob("sessions/*/results.jsonl")
+    for record in map(json.loads, results.read_text().splitlines()):
+        assert Path(record["output_dir"]).is_absolute()
+        assert Path(record["reference"]["path"]).is_absolute()
+        assert Path(record["reference"]["path"]).is_relative_to(pytester.path / "rel-out")
