@@ -8,6 +8,7 @@ from harness.compare import render
 from harness.compare.render import gradient_markdown, loss_markdown
 from harness.results.records import STATUSES
 
+from . import verdict_plot
 from .case_view import (
     BUNDLED,
     CaseView,
@@ -298,11 +299,41 @@ def cases_table(views: list[CaseView]) -> list[str]:
     return ["## Cases", "", note, "", *table(rows, headers), ""]
 
 
+VERDICT_NOTE = ("One point per parameter: its scale-free gradient error ‖got − ref‖ / ‖ref‖ "
+                "(log scale) at its layer, coloured and marked by kind (ln_* norms, attention, "
+                "MLP, embedding / head), over the case's pipeline chunks (shaded, labelled by "
+                "stage); red dashed: the threshold; grey dashed: the calibrated noise floor, "
+                "when calibrated; circled red: over the threshold.")
+
+
+def _verdict_picture(v: CaseView) -> list[str]:
+    link = verdict_plot.link_of(v.record)
+    return [f"![scale-free gradient error per parameter of {v.name}]({link})", ""] if link else []
+
+
+def closest_passing(views: list[CaseView]) -> list[str]:
+    """The verdict pictures of the passing cases (the closest to its threshold of each tag and
+    model): how much room the passing layouts left."""
+    pictured = [v for v in views if v.status == "passed" and verdict_plot.link_of(v.record)]
+    if not pictured:
+        return []
+    lines = ["## Closest passing case per group", "",
+             "The passing case of each tag and model whose worst gradient came nearest its "
+             "threshold. " + VERDICT_NOTE, ""]
+    for v in pictured:
+        lines += [f"### `{v.name}`: {margin_cell(v.record, 'gradients')}", "",
+                  *_verdict_picture(v)]
+    return lines
+
+
 def failures(views: list[CaseView], plot_links: dict[str, str]) -> list[str]:
+    """Each failed or errored case's text and pictures, then the closest passing pictures."""
     bad = [v for v in views if v.status in ("failed", "error")]
     if not bad:
-        return []
+        return closest_passing(views)
     lines = ["## Failures", ""]
+    if any(verdict_plot.link_of(v.record) for v in bad):
+        lines += [f"Gradient pictures: {VERDICT_NOTE}", ""]
     for v in bad:
         lines += [f"### `{v.name}`: {v.status}", ""]
         record = v.record
@@ -310,6 +341,7 @@ def failures(views: list[CaseView], plot_links: dict[str, str]) -> list[str]:
             lines += [f"> {md_escape(record['reason'])}", ""]
         lines += (_crash_lines(record) + loss_markdown(section(record, "loss"))
                   + gradient_markdown(section(record, "gradients")))
+        lines += _verdict_picture(v)
         if v.name in plot_links:
             lines += [f"![gradient error of {v.name}]({plot_links[v.name]})", ""]
         lines += _log_lines(record)
@@ -318,7 +350,7 @@ def failures(views: list[CaseView], plot_links: dict[str, str]) -> list[str]:
             lines += ["<details><summary>full message</summary>", "", "```text",
                       *"\n\n".join(str(e) for e in errors).replace("```", "'''").splitlines(),
                       "```", "", "</details>", ""]
-    return lines
+    return lines + closest_passing(views)
 
 
 def _crash_lines(record: dict) -> list[str]:

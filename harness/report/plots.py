@@ -2,6 +2,10 @@
 
 - loss per model: the reference curve, and each case's |loss - reference| per step on a log
   scale against the loss tolerance, so a drift shows before it crosses the line;
+- the verdict picture (harness.report.verdict_plot): every parameter's scale-free gradient error
+  by layer, over the case's pipeline stages, against the threshold and the noise floor; for
+  each failing case and the closest passing case of each (tag, model), written beside the loss
+  figure of their model (`loss_figure` is the report's one call per model);
 - gradient error of a failed case: max |got - ref| per layer (the record's `per_layer`
   summary: every layer, embedding and head included), or, in records without it, per recorded
   worst parameter; ordered by layer, coloured by pipeline stage, against the gradient tolerance.
@@ -20,6 +24,7 @@ matplotlib.use("Agg")  # before pyplot: no display on a CI runner
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from . import verdict_plot  # noqa: E402
 from .case_view import CaseView  # noqa: E402
 from .steps import reference_steps, run_steps  # noqa: E402
 from .values import number, section  # noqa: E402
@@ -71,6 +76,7 @@ def loss_figure(model: str, cases: list[CaseView], path: Path) -> Path | None:
     the exact step, one size smaller per run (runs that match show as concentric rings on it). Bottom: |loss - reference| per step on a log
     axis against the tolerance; series are spread a little along x so coincident points stay
     visible; an exact 0 is drawn on the labelled "exactly 0" row at the bottom."""
+    verdict_pictures(model, cases, path)
     plotted = []
     for c in cases:  # (case, [(step, loss)], [(step, reference loss)]), at the steps recorded
         got = list(zip(run_steps(c.record), _series(c.record.get("losses"))))
@@ -132,6 +138,17 @@ def loss_figure(model: str, cases: list[CaseView], path: Path) -> Path | None:
                   bbox_to_anchor=(1.01, 1.0), title="run (marker in both panels)",
                   title_fontsize=7)
     return _save(fig, path)
+
+
+def verdict_pictures(model: str, cases: list[CaseView], path: Path) -> dict[str, Path]:
+    """The verdict pictures of the model's cases, beside the report's loss figure `path`
+    ({stem}-loss-{model}.png, as the report names it): {stem}-verdict-{case}.png; each case's
+    record notes its picture for the markdown (verdict_plot.link_of). {} for another path."""
+    suffix = f"-loss-{slug(model)}.png"
+    if not path.name.endswith(suffix):
+        return {}
+    stem = path.name[:-len(suffix)]
+    return verdict_plot.draw([c.record for c in cases if c.model == model], path.parent, stem)
 
 
 def _layer_order(entry: dict) -> tuple:
