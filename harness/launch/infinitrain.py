@@ -263,10 +263,10 @@ class InfiniTrainBackend:
 
     def _asset_hint(self, spec: LaunchSpec) -> str:
         """For a loader check that refused the model file: the file, and what would load."""
-        return (f" (the model file {spec.checkpoint} is refused by {spec.model}'s loader; the "
-                f"harness's synthetic assets of preset `infinitrain` load in InfiniTrain "
-                f"master: leave the config's model files unset, or set assets.preset to "
-                f"\"infinitrain\")")
+        return (f" (the model file {spec.checkpoint} is refused by {spec.model}'s loader; "
+                f"the synthetic preset `infinitrain` of harness.assets loads in InfiniTrain "
+                f"master: `python -m harness.assets --preset infinitrain --out DIR` writes its "
+                f"files, and a config without model files uses it)")
 
     def _glog_files(self, spec: LaunchSpec) -> list[Path]:
         folder = spec.log_dir / "glog"
