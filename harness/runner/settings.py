@@ -33,6 +33,9 @@ class Settings:
     nproc_per_node: int | None = None
     scheduler: str = "local"
     slurm_args: tuple[str, ...] = ()
+    # --harness-calibrate K: each reference key is run K - 1 more times and this machine's
+    # noise written beside the reference cache (harness.runner.calibrate); 0: no calibration.
+    calibrate_repeats: int = 0
 
 
 @dataclass
@@ -48,7 +51,7 @@ def runner_settings(session_dir: Path, reference_root: Path, worker: str, device
                     golden_write_dir: Path | None = None,
                     golden_allow_mismatch: bool = False, nnodes: int = 1,
                     nproc_per_node: int | None = None, scheduler: str = "local",
-                    slurm_args: tuple[str, ...] = ()) -> Settings:
+                    slurm_args: tuple[str, ...] = (), calibrate_repeats: int = 0) -> Settings:
     device = resolve_device(device)
     if launcher == "auto":  # the zygote where it is measured and safe: CPU (docs/benchmarks.md)
         launcher = "zygote" if device == "cpu" else "torchrun"
@@ -64,7 +67,7 @@ def runner_settings(session_dir: Path, reference_root: Path, worker: str, device
         launcher=launcher, keep_dumps=keep_dumps, golden_dir=golden_dir,
         golden_write_dir=golden_write_dir, golden_allow_mismatch=golden_allow_mismatch,
         nnodes=max(1, nnodes or 1), nproc_per_node=nproc_per_node, scheduler=scheduler,
-        slurm_args=tuple(slurm_args),
+        slurm_args=tuple(slurm_args), calibrate_repeats=calibrate_repeats or 0,
     )
 
 
