@@ -8,7 +8,6 @@ from harness.compare import render
 from harness.compare.render import gradient_markdown, loss_markdown
 from harness.results.records import STATUSES
 
-from . import verdict_plot
 from .case_view import (
     BUNDLED,
     CaseView,
@@ -19,6 +18,7 @@ from .case_view import (
     status_counts,
     trainer_of,
 )
+from .plots import verdict_link
 from .reading import Session
 from .throughput import LayoutGroup
 from .values import NA, g, md_escape, number, percent, section, tolerance_text, whole
@@ -307,14 +307,14 @@ VERDICT_NOTE = ("One point per parameter: its scale-free gradient error â€–got â
 
 
 def _verdict_picture(v: CaseView) -> list[str]:
-    link = verdict_plot.link_of(v.record)
+    link = verdict_link(v.record)
     return [f"![scale-free gradient error per parameter of {v.name}]({link})", ""] if link else []
 
 
 def closest_passing(views: list[CaseView]) -> list[str]:
     """The verdict pictures of the passing cases (the closest to its threshold of each tag and
     model): how much room the passing layouts left."""
-    pictured = [v for v in views if v.status == "passed" and verdict_plot.link_of(v.record)]
+    pictured = [v for v in views if v.status == "passed" and verdict_link(v.record)]
     if not pictured:
         return []
     lines = ["## Closest passing case per group", "",
@@ -332,7 +332,7 @@ def failures(views: list[CaseView], plot_links: dict[str, str]) -> list[str]:
     if not bad:
         return closest_passing(views)
     lines = ["## Failures", ""]
-    if any(verdict_plot.link_of(v.record) for v in bad):
+    if any(verdict_link(v.record) for v in bad):
         lines += [f"Gradient pictures: {VERDICT_NOTE}", ""]
     for v in bad:
         lines += [f"### `{v.name}`: {v.status}", ""]
