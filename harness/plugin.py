@@ -77,6 +77,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-slurm-args", default="", metavar="ARGS",
                     help="extra sbatch arguments for every job, e.g. "
                          "'--partition=gpu --account=nightly'")
+    group.addoption("--harness-calibrate", type=int, default=None, metavar="K",
+                    help="measure this machine's noise: every reference key runs K times in "
+                         "all (K >= 3) and the worst scale-free errors of the repeats and of "
+                         "the passing cases go to <reference cache>/calibration/, whose "
+                         "thresholds later sessions use (docs/harness_guide.md, Calibration)")
     group.addoption("--harness-reference-cache-max-gb", type=float, default=20.0, metavar="GB",
                     help="bound on the reference cache; least recently used entries are "
                          "evicted at session end (default 20; 0: no bound)")
@@ -129,11 +134,23 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         session_dir = new_session_dir(output / "sessions")
         worker = "main"
+    repeats = config.getoption("--harness-calibrate")
+    if repeats is not None:
+        from harness.runner.calibrate import check_repeats
+
+        try:
+            check_repeats(repeats)
+        except ValueError as error:
+            raise pytest.UsageError(str(error)) from None
+        if config.getoption("--harness-golden"):
+            raise pytest.UsageError("--harness-calibrate measures against references run on "
+                                    "this machine; it cannot be combined with --harness-golden")
     cache = config.getoption("--harness-reference-cache")
     config.stash[_SETTINGS] = {
         "config_path": path, "output": output, "session_dir": session_dir, "worker": worker,
         "reference_root": Path(cache).resolve() if cache else output / "reference-cache",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "header": None,
+        "calibration": [],  # what a calibration session wrote (the terminal's lines)
     }
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config, session_dir), "harness-xdist")
@@ -199,6 +216,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             from harness.runner.checkpoints import settle_checkpoints
 
             settle_checkpoints(read_results(results), config.getoption("--harness-keep-dumps"))
+        if config.getoption("--harness-calibrate"):  # every worker's measurements, merged
+            from harness.runner.calibrate import write_calibrations
+
+            s["calibration"] = write_calibrations(s["session_dir"], s["reference_root"],
+                                                  config.getoption("--harness-calibrate"))
         max_gb = config.getoption("--harness-reference-cache-max-gb")
         if max_gb and max_gb > 0:
             from harness.reference.prune import prune
@@ -320,6 +342,7 @@ def _runner(config: pytest.Config, harness_config):
             nproc_per_node=config.getoption("--harness-nproc-per-node"),
             scheduler=config.getoption("--harness-scheduler"),
             slurm_args=tuple(shlex.split(config.getoption("--harness-slurm-args") or "")),
+            calibrate_repeats=config.getoption("--harness-calibrate") or 0,
         )
         s["session_dir"].mkdir(parents=True, exist_ok=True)
         config.stash[_RUNNER] = CaseRunner(harness_config, settings)
@@ -349,6 +372,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     for (tag, model), counts in _status_counts(results).items():
         text = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
         terminalreporter.write_line(f"  {tag} / {model}: {text}")
+    for line in config.stash[_SETTINGS]["calibration"]:
+        terminalreporter.write_line(line)
     terminalreporter.write_line(
         f"report: python -m harness.report {shlex.quote(str(session_dir.resolve()))}")
 

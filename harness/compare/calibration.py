@@ -45,15 +45,17 @@ MARGIN = 10.0
 #   float32 gradients 5e-5: a 1e-4 bug on one stage (its gradients scaled by 1 + 1e-4) gives a
 #       per-parameter ||d||/||ref|| of exactly 1e-4 (harness.compare.verdict); 5e-5 keeps it
 #       failing by 2x. The default is 1e-5.
-#   float32 loss 1e-5: a loss 1e-4 off (relative: the loss's share of the same stage bug, or a
-#       token of 1e4 dropped from the mean) fails by 10x; 10x the default 1e-6.
+#   float32 loss 5e-5: the same rule, a loss 1e-4 off (relative) still fails by 2x. 5x the
+#       default (1e-5, chosen from 2e-6 measured between a PP run and one GPU on an H200), so a
+#       GPU's loss noise up to 5e-6 can be calibrated; the 1e-5 the issue first proposed would
+#       equal the default and refuse any fp32 loss noise above 1e-6, which that GPU exceeds.
 #   bfloat16 gradients 5e-2: a dropped microbatch of 8 leaves 7/8 of the gradient, an error of
 #       0.125; 5e-2 keeps it failing by 2.5x (the default is 2e-2).
 #   bfloat16 loss 1e-2: the same dropped microbatch moves the loss by up to 1/8 of its
 #       difference from the mean, and a loss scaled by 7/8 is 0.125 off: 1e-2 keeps 12x
 #       (100x the default 1e-4, bf16's loss rounding is coarse on a GPU).
 CEILING = {
-    "float32": RelativeThresholds(loss=1e-5, gradients=5e-5),
+    "float32": RelativeThresholds(loss=5e-5, gradients=5e-5),
     "bfloat16": RelativeThresholds(loss=1e-2, gradients=5e-2),
 }
 # What a threshold above the ceiling would let pass, for the error text.
@@ -153,7 +155,8 @@ class Calibration:
             object.__setattr__(self, name, _noise(getattr(self, name), name, where))
 
     def to_json(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "path"}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "path"}
+        return {"format": data.pop("format"), **data}
 
     @classmethod
     def from_json(cls, data, where: str | Path = "calibration") -> Calibration:

@@ -146,6 +146,15 @@ class ResultRecord:
     step_times_ms: list | None = doc("every step after the first, in ms (the report's "
                                      "throughput spread); null in older records")
     reference: Reference | None = doc("the cached reference used")
+    calibration: dict | None = doc(
+        "which scale-free thresholds the case was judged with (docs/harness_guide.md, "
+        "Calibration): `{file, gradients_noise, loss_noise, thresholds: {loss, gradients}, "
+        "problem}`; `file` is the calibration file used (`<reference cache>/calibration/"
+        "<trainer-version>-<device>-<dtype>.json`), null for the dtype's defaults, with the "
+        "noise it measured (null then); `problem` says why a calibration file of this trainer "
+        "and dtype was not used (another host, trainer build or dtype), else null. Null for a "
+        "case that stopped before its thresholds were chosen (skipped, or an error naming "
+        "the calibration)")
     command: list | None = doc("the launch command (argv list)")
     returncode: int | None = doc("the launcher's exit code")
     timed_out: bool | None = doc("true when the run was killed at the timeout")

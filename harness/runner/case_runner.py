@@ -12,7 +12,7 @@ from typing import Callable
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
 from harness.compare.dumps import folder_bytes, settle_dumps
-from harness.compare.verdict import UPDATE_RESOLUTION, relative_thresholds, update_threshold
+from harness.compare.verdict import UPDATE_RESOLUTION, update_threshold
 from harness.launch import (
     CommandBackend,
     DeviceLeases,
@@ -34,6 +34,7 @@ from harness.reference.golden import (
 )
 from harness.spec.records import write_steps
 
+from .calibrate import CalibrationError, measure, session_thresholds
 from .checkpoints import (
     announce_checkpoint,
     mark_checkpoint_done,
@@ -123,6 +124,7 @@ class CaseRunner:
         # plugin prints it where a terminal shows it.
         self.progress: Callable[[str], None] | None = None
         self._files: dict[str, tuple[Path, Path]] = {}
+        self.calibrations: dict = {}  # dtype -> its CalibrationLookup (harness.runner.calibrate)
 
     # ------------------------------------------------------------------ inputs
 
@@ -236,6 +238,10 @@ class CaseRunner:
             problem = layout_problem(case, self.num_layers(case.model))
             if problem:
                 return Outcome("error", problem)
+        try:  # the scale-free thresholds: the defaults, or this machine's calibration
+            relative, record.calibration = session_thresholds(self, case)
+        except CalibrationError as error:  # unreadable, or its noise is above the ceiling
+            return Outcome("error", f"{case.name}: {error}")
 
         t = time.time()
         reference = self.reference(case, checkpoint, input_bin)
@@ -314,7 +320,6 @@ class CaseRunner:
         ref_steps = [s for s in ref_steps if int(s["step"]) >= first]  # as compare_losses reads it
         record.reference_losses = [s.get("loss") for s in ref_steps]
         record.reference_steps = [int(s["step"]) for s in ref_steps]
-        relative = relative_thresholds(case.flags.get("dtype"))  # the scale-free verdict
         if case.compare.loss:
             loss = compare_losses(steps, ref_steps, case.tolerances.loss, relative.loss)
             record.loss = loss.to_dict()
@@ -345,6 +350,11 @@ class CaseRunner:
         if updates:
             settle_dumps(out / "updates", bool(ok), self.settings.keep_dumps)
         record.disk_bytes = folder_bytes(spec.output_dir)
+        if self.settings.calibrate_repeats:  # --harness-calibrate: this machine's noise
+            try:
+                measure(self, case, record, reference, checkpoint, input_bin, passed=bool(ok))
+            except CalibrationError as error:
+                return Outcome("error", f"{case.name}: {error}")
         if ok:
             return Outcome("passed", "")
         return Outcome("failed", mismatch_text(case, lines, spec.output_dir, reference.path,

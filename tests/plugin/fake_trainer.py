@@ -36,7 +36,10 @@ the layout. Its behaviour comes from the case id (the last part of --case):
 With --dump_parameter_updates DIR it writes every parameter's change over the run there, as the
 bundled trainer does; with --own_updates, an unrelated `updates` folder in its output; with
 --save DIR, an (empty) DIR/checkpoint_step_<last step, 6 digits>.
-Anything else matches the reference exactly. With FAKE_RECORD_DIR set it appends its lease
+Anything else matches the reference exactly, unless FAKE_GRAD_NOISE / FAKE_LOSS_NOISE = E is
+set: then every run (references too) scales each gradient and each step's loss by its own
+1 + E * u, u uniform in [-1, 1) and drawn afresh every run (a GPU's run-to-run noise; the exact
+losses go to steps.jsonl). With FAKE_RECORD_DIR set it appends its lease
 (slots, start, end, port) and every reference run to JSON-lines files there, and the pid and
 argv of every process it starts (itself included) to pids.jsonl.
 """
@@ -163,8 +166,12 @@ def main():
         print("FATAL fake: rank 1: planted fatal log line after the last step", flush=True)
     if "scale-free-loss" in mode:  # within atol (1e-5), over float32's scale-free 1e-6
         exact_steps[1]["loss"] += 8e-6
+    noise = np.random.default_rng()  # fresh every run: FAKE_*_NOISE is run-to-run noise
+    loss_noise = float(os.environ.get("FAKE_LOSS_NOISE") or 0)
+    for entry in exact_steps if loss_noise else ():
+        entry["loss"] *= 1 + loss_noise * noise.uniform(-1, 1)
     # The step lines round to 6 decimals: the exact losses.
-    if mode.startswith("loss-") or "scale-free-loss" in mode:
+    if mode.startswith("loss-") or "scale-free-loss" in mode or loss_noise:
         (out / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in exact_steps))
     if args.gradients_dir:
         grads = Path(args.gradients_dir)
@@ -184,6 +191,9 @@ def main():
                 value *= 1.5
             if "inf-grad" in mode and name == "h.2.mlp.c_fc.weight":
                 value[0, 2] = np.inf
+            if os.environ.get("FAKE_GRAD_NOISE"):
+                value *= np.float32(1 + float(os.environ["FAKE_GRAD_NOISE"])
+                                    * noise.uniform(-1, 1))
             np.save(grads / f"{name}.npy", value)
             if "corrupt-grad" in mode and name == "h.3.mlp.c_fc.weight":
                 (grads / f"{name}.npy").write_bytes(b"\x93NUMPY junk, not an array")
