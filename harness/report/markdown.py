@@ -296,7 +296,34 @@ def cases_table(views: list[CaseView]) -> list[str]:
             "is (> 1 passes, ✗ below 1 fails); a case fails when either the element-wise "
             "check (every element within `atol + rtol·|ref|`) or the scale-free one fails."
             + memory_note)
-    return ["## Cases", "", note, "", *table(rows, headers), ""]
+    return ["## Cases", "", note, "", *table(rows, headers), "", *calibration_lines(views)]
+
+
+def calibration_lines(views: list[CaseView], named: int = 8) -> list[str]:
+    """Which scale-free thresholds the cases were judged with (the record's `calibration`):
+    one line per calibration file, per calibration not used (its problem) and per default,
+    naming its cases; nothing when every case used the defaults with nothing to report."""
+    groups: dict[tuple, list[str]] = {}
+    for v in views:
+        c = v.record.get("calibration")
+        if isinstance(c, dict):
+            t = section(c, "thresholds")
+            key = (c.get("file"), c.get("problem"), c.get("gradients_noise"),
+                   c.get("loss_noise"), t.get("loss"), t.get("gradients"))
+            groups.setdefault(key, []).append(v.name)
+    if not any(file or problem for file, problem, *_ in groups):
+        return []
+    lines = ["Scale-free thresholds (docs/harness_guide.md, Calibration):", ""]
+    for (file, problem, grad_noise, loss_noise, loss, grads), names in groups.items():
+        text = (f"calibrated by `{file}` (gradient noise {g(grad_noise)}, loss noise "
+                f"{g(loss_noise)}): " if file else "the defaults: ")
+        text += f"loss {g(loss)}, gradients {g(grads)}"
+        if problem:
+            text += f"; ⚠ {md_escape(problem)}"
+        shown = ", ".join(f"`{n}`" for n in names[:named])
+        more = f" and {len(names) - named} more" if len(names) > named else ""
+        lines.append(f"- {text} ({plural(len(names), 'case')}: {shown}{more})")
+    return [*lines, ""]
 
 
 VERDICT_NOTE = ("One point per parameter: its scale-free gradient error ‖got − ref‖ / ‖ref‖ "
