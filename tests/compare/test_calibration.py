@@ -1,0 +1,245 @@
+"""harness.compare.calibration: the clamp (never below the default, an error above the ceiling,
+a 1e-4 stage bug still failing at the ceiling), the file's validation, and the lookup that
+reports a calibration of another host, build or dtype instead of using it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from harness.compare.calibration import (
+    CEILING,
+    FORMAT,
+    MARGIN,
+    Calibration,
+    CalibrationError,
+    CalibrationLookup,
+    calibrated_thresholds,
+    calibration_path,
+    check_repeats,
+    file_name,
+    load_calibration,
+)
+from harness.compare.verdict import passes, relative_error, relative_thresholds
+
+F32 = relative_thresholds("float32")
+BF16 = relative_thresholds("bfloat16")
+
+
+def calibration(**changes) -> Calibration:
+    values = dict(trainer="command", trainer_version="fake-1", device="cuda", host="gpu-7",
+                  dtype="float32", repeats=3, cases=4, loss_noise=1e-7, gradients_noise=2e-6,
+                  worst_parameter="h.3.mlp.c_fc.weight", worst_case="basic/gpt2/tp2",
+                  created_at="2026-01-01T00:00:00+0000")
+    values.update(changes)
+    return Calibration(**values)
+
+
+# ---------------------------------------------------------------------- the clamp
+
+
+def test_the_ceilings_sit_between_the_defaults_and_the_bugs_they_must_catch():
+    for dtype in ("float32", "bfloat16"):
+        default, ceiling = relative_thresholds(dtype), CEILING[dtype]
+        assert default.loss <= ceiling.loss and default.gradients <= ceiling.gradients
+    assert CEILING["float32"].gradients < 1e-4 and CEILING["float32"].loss < 1e-4
+    assert CEILING["bfloat16"].gradients < 0.125  # a dropped microbatch of 8
+    assert MARGIN == 10
+
+
+def test_noise_times_the_margin_is_the_threshold_between_default_and_ceiling():
+    thresholds, stored = calibrated_thresholds(F32, calibration(gradients_noise=3e-6))
+    assert thresholds.gradients == pytest.approx(3e-5)
+    assert thresholds.loss == F32.loss  # 1e-7 x 10 is below the default
+    assert stored == {"file": None, "gradients_noise": 3e-6, "loss_noise": 1e-7,
+                      "thresholds": thresholds.to_dict(), "problem": None}
+
+
+def test_noise_below_the_default_over_the_margin_gives_the_default():
+    thresholds, stored = calibrated_thresholds(F32, calibration(gradients_noise=1e-9,
+                                                                loss_noise=0.0))
+    assert thresholds == F32
+    assert stored["thresholds"] == F32.to_dict() and stored["gradients_noise"] == 1e-9
+
+
+def test_no_calibration_is_the_default_and_keeps_a_lookups_problem():
+    assert calibrated_thresholds(BF16, None) == (BF16, {
+        "file": None, "gradients_noise": None, "loss_noise": None,
+        "thresholds": BF16.to_dict(), "problem": None})
+    lookup = CalibrationLookup(None, "made on another host")
+    assert calibrated_thresholds(BF16, lookup)[1]["problem"] == "made on another host"
+
+
+def test_gradient_noise_above_the_ceiling_is_an_error_naming_file_parameter_and_case(tmp_path):
+    path = calibration(gradients_noise=3e-4).write(tmp_path)
+    with pytest.raises(CalibrationError) as error:
+        calibrated_thresholds(F32, Calibration.read(path))
+    text = str(error.value)
+    assert str(path) in text and "gradient noise 0.0003" in text
+    assert "h.3.mlp.c_fc.weight" in text and "basic/gpt2/tp2" in text
+    assert "ceiling 5e-05" in text and "1e-4 stage bug" in text
+
+
+def test_loss_noise_above_the_ceiling_is_an_error_too():
+    with pytest.raises(CalibrationError, match="loss noise 0.01.*ceiling 0.01 of bfloat16"):
+        calibrated_thresholds(BF16, calibration(dtype="bfloat16", loss_noise=1e-2))
+
+
+def test_a_1e4_stage_bug_still_fails_at_the_ceiling():
+    # The loosest calibration that is accepted: noise x MARGIN exactly at the ceiling.
+    ceiling = CEILING["float32"]
+    thresholds, _ = calibrated_thresholds(F32, calibration(
+        gradients_noise=ceiling.gradients / MARGIN, loss_noise=ceiling.loss / MARGIN))
+    assert thresholds.gradients == pytest.approx(ceiling.gradients)
+    ref = np.random.default_rng(0).standard_normal(1000)
+    got = ref * (1 + 1e-4)  # one stage's gradients scaled by 1 + 1e-4
+    error = relative_error(float(np.linalg.norm(got - ref)), float(np.linalg.norm(ref)))
+    assert error == pytest.approx(1e-4)
+    assert not passes(error, thresholds.gradients)
+    assert not passes(1e-4, thresholds.loss)  # a loss 1e-4 off, relative
+    bf16, _ = calibrated_thresholds(BF16, calibration(
+        dtype="bfloat16", gradients_noise=CEILING["bfloat16"].gradients / MARGIN))
+    assert not passes(0.125, bf16.gradients)  # a dropped microbatch of 8
+
+
+# ---------------------------------------------------------------------- the file
+
+
+def test_a_file_round_trips_with_its_format_first(tmp_path):
+    path = calibration().write(tmp_path)
+    assert path == tmp_path / "calibration" / "fake-1-cuda-float32.json"
+    data = json.loads(path.read_text())
+    assert list(data)[0] == "format" and data["format"] == FORMAT
+    assert set(data) == {"format", "trainer", "trainer_version", "device", "host", "dtype",
+                         "repeats", "cases", "loss_noise", "gradients_noise",
+                         "worst_parameter", "worst_case", "created_at"}
+    assert Calibration.read(path) == calibration()
+    assert Calibration.read(path).path == path
+
+
+def test_file_names_are_safe_for_any_version():
+    assert file_name("command-abc/../x y", "cpu", "bfloat16") == \
+        "command-abc_.._x_y-cpu-bfloat16.json"
+
+
+def write_raw(tmp_path, **changes):
+    data = calibration().to_json()
+    data.update(changes)
+    path = calibration_path(tmp_path, "fake-1", "cuda", "float32")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_an_unknown_key_is_an_error_naming_it_and_the_file(tmp_path):
+    path = write_raw(tmp_path, sigma=1.0)
+    with pytest.raises(CalibrationError, match=r"unknown key\(s\) 'sigma'") as error:
+        load_calibration(tmp_path, "fake-1", "cuda", "float32", host="gpu-7")
+    assert str(path) in str(error.value)
+
+
+def test_a_wrong_format_is_an_error(tmp_path):
+    path = write_raw(tmp_path, format="harness.calibration/0")
+    with pytest.raises(CalibrationError, match="format is 'harness.calibration/0', expected "
+                                               "'harness.calibration/1'"):
+        Calibration.read(path)
+
+
+def test_a_missing_key_or_junk_is_an_error(tmp_path):
+    path = write_raw(tmp_path)
+    data = json.loads(path.read_text())
+    del data["host"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match="missing key.*'host'"):
+        Calibration.read(path)
+    path.write_text("{not json")
+    with pytest.raises(CalibrationError, match="not a readable calibration file"):
+        Calibration.read(path)
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"repeats": 2}, "repeats is 2, expected an integer >= 3"),
+    ({"gradients_noise": -1.0}, "gradients_noise is -1.0, expected a finite number >= 0"),
+    ({"loss_noise": "inf"}, "loss_noise is 'inf'"),
+    ({"dtype": "float16"}, "dtype is 'float16', expected one of"),
+    ({"device": "tpu"}, "device is 'tpu'"),
+    ({"host": ""}, "host is '', expected a non-empty string"),
+])
+def test_values_are_checked_on_construction(tmp_path, changes, expected):
+    path = write_raw(tmp_path, **changes)
+    with pytest.raises(CalibrationError, match=expected) as error:
+        Calibration.read(path)
+    assert str(path) in str(error.value)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, -3])
+def test_k_below_3_is_refused(k):
+    with pytest.raises(ValueError, match=f"a calibration needs K >= 3 repeats to estimate "
+                                         f"anything; got {k}"):
+        check_repeats(k)
+    assert check_repeats(3) == 3
+
+
+# ---------------------------------------------------------------------- the lookup
+
+
+def test_the_calibration_of_this_host_build_device_and_dtype_is_used(tmp_path):
+    path = calibration().write(tmp_path)
+    lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", trainer="command",
+                              host="gpu-7")
+    assert lookup.calibration == calibration() and lookup.problem is None
+    assert lookup.file == path
+    _, stored = calibrated_thresholds(F32, lookup)
+    assert stored["file"] == str(path)
+
+
+def test_none_at_all_is_the_default_without_a_problem(tmp_path):
+    assert load_calibration(tmp_path, "fake-1", "cuda", None) == CalibrationLookup(None)
+
+
+def test_another_host_is_reported_not_used(tmp_path):
+    path = calibration().write(tmp_path)
+    lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", host="gpu-8")
+    assert lookup.calibration is None and lookup.file == path
+    assert str(path) in lookup.problem
+    assert "host 'gpu-7', this session 'gpu-8'" in lookup.problem
+    assert "not used, the default thresholds are" in lookup.problem
+
+
+def test_another_build_is_reported_not_used(tmp_path):
+    path = calibration(trainer_version="fake-0").write(tmp_path)
+    lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", trainer="command",
+                              host="gpu-7")
+    assert lookup.calibration is None
+    assert f"the calibration {path} is of trainer build 'fake-0', not this session's " \
+           f"'fake-1'" in lookup.problem
+    # ... but not a file of another trainer altogether
+    assert load_calibration(tmp_path, "fake-1", "cuda", "float32", trainer="infinitrain",
+                            host="gpu-7") == CalibrationLookup(None)
+
+
+def test_another_dtype_is_reported_not_used(tmp_path):
+    path = calibration(dtype="bfloat16").write(tmp_path)
+    lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", host="gpu-7")
+    assert lookup.calibration is None
+    assert f"the calibration {path} is for bfloat16, not float32" in lookup.problem
+
+
+def test_a_file_whose_content_is_for_another_dtype_is_reported(tmp_path):
+    # renamed or copied by hand: what it says it is wins over its name
+    source = calibration(dtype="bfloat16").write(tmp_path)
+    target = calibration_path(tmp_path, "fake-1", "cuda", "float32")
+    source.rename(target)
+    lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", host="gpu-7")
+    assert lookup.calibration is None and "dtype 'bfloat16', this session 'float32'" in \
+        lookup.problem
+
+
+def test_the_module_is_torch_free():
+    code = ("import sys, harness.compare.calibration; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
