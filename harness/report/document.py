@@ -61,6 +61,8 @@ def _plots(views: list[CaseView], path: Path, images: list[Path]):
         if plots.loss_figure(model, [v for v in views if v.model == model], png):
             images.append(png)
             loss_links[model] = png.name
+    # the verdict pictures: each failing case's, and the closest passing case of each group
+    images.extend(plots.draw_verdicts([v.record for v in views], path.parent, stem).values())
     grad_links: dict[str, str] = {}
     for v in views:
         if v.status in ("failed", "error"):

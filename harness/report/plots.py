@@ -78,7 +78,6 @@ def loss_figure(model: str, cases: list[CaseView], path: Path) -> Path | None:
     the exact step, one size smaller per run (runs that match show as concentric rings on it). Bottom: |loss - reference| per step on a log
     axis against the tolerance; series are spread a little along x so coincident points stay
     visible; an exact 0 is drawn on the labelled "exactly 0" row at the bottom."""
-    verdict_pictures(model, cases, path)
     plotted = []
     for c in cases:  # (case, [(step, loss)], [(step, reference loss)]), at the steps recorded
         got = list(zip(run_steps(c.record), _series(c.record.get("losses"))))
@@ -140,17 +139,6 @@ def loss_figure(model: str, cases: list[CaseView], path: Path) -> Path | None:
                   bbox_to_anchor=(1.01, 1.0), title="run (marker in both panels)",
                   title_fontsize=7)
     return _save(fig, path)
-
-
-def verdict_pictures(model: str, cases: list[CaseView], path: Path) -> dict[str, Path]:
-    """The verdict pictures of the model's cases, beside the report's loss figure `path`
-    ({stem}-loss-{model}.png, as the report names it): {stem}-verdict-{case}.png; each case's
-    record notes its picture for the markdown (verdict_link). {} for another path."""
-    suffix = f"-loss-{slug(model)}.png"
-    if not path.name.endswith(suffix):
-        return {}
-    stem = path.name[:-len(suffix)]
-    return draw_verdicts([c.record for c in cases if c.model == model], path.parent, stem)
 
 
 def _layer_order(entry: dict) -> tuple:
