@@ -8,7 +8,9 @@ Each gradient file is read once, in blocks that stay in cache, and every statist
 verdicts is computed in that one pass (`fastdiff.py`).
 
 Non-finite values in the run are mismatches (NaN never compares equal); missing and extra
-gradient names and shape changes are failures of their own. Plain numpy, no torch.
+gradient names and shape changes are failures of their own. A loss difference within the
+print resolution of the step (`loss_resolution` of a printed loss: 1e-6 for 6 decimals) is not
+counted by either loss verdict. Plain numpy, no torch.
 
 Under tensor parallelism (`tensor_parallel` > 1) a sharded parameter's file is one TP rank's
 un-gathered slice: a file whose shape differs from the reference's is compared with the TP slice
@@ -48,8 +50,13 @@ class LossDiff:
     max_abs_diff: float = 0.0
     first: tuple[int, float, float] | None = None  # (step, got, ref) of the first mismatch
     relative_threshold: float | None = None  # the scale-free verdict's; None: not applied
-    worst_relative: float = 0.0  # max over steps of |got - ref| / max(|ref|, 1)
+    worst_relative: float = 0.0  # max over steps of |got - ref| / max(|ref|, 1), as counted
     worst_relative_step: int | None = None
+    # The coarsest print resolution of a compared step (the coarser of the run's and the
+    # reference's `loss_resolution`; 0: both at full precision) ...
+    resolution: float = 0.0
+    # ... and the steps whose non-zero difference was within theirs: not counted by either verdict
+    within_resolution: list[int] = field(default_factory=list)
 
     @property
     def relative_ok(self) -> bool:
@@ -79,33 +86,62 @@ class LossDiff:
                 "missing_steps": self.missing, "extra_steps": self.extra,
                 "max_abs_diff": _json_float(self.max_abs_diff),
                 "first_diverging_step": self.first[0] if self.first else None,
+                "resolution": self.resolution,
+                "within_resolution_steps": self.within_resolution,
                 "elementwise_ok": self.elementwise_ok, "relative": self.relative_dict(),
                 "ok": self.ok}
+
+
+# Printed losses are decimals parsed into float64: a one-unit difference of 6-decimal prints
+# comes out as 1.0000000000287557e-06, not 1e-06 (float64's spacing at a loss of 11 is 1.8e-15,
+# 2e-9 of a unit). The slack takes that repr error, nothing a bug could hide in.
+RESOLUTION_SLACK = 1e-6
+
+
+def loss_resolution(record: dict) -> float:
+    """A step record's `loss_resolution` (one unit in the last printed place); 0 where the loss
+    is at full precision (steps.jsonl of the bundled trainer: no field) or not a number."""
+    value = record.get("loss_resolution")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < 0:
+        return 0.0
+    return float(value)
 
 
 def compare_losses(got: list[dict], ref: list[dict], tol: Tolerance,
                    relative: float | None = None) -> LossDiff:
     """`got` and `ref` are step records ({"step", "loss", ...}); `relative` is the scale-free
-    threshold (None: element-wise only)."""
-    got_by_step = {int(r["step"]): float(r["loss"]) for r in got}
-    ref_by_step = {int(r["step"]): float(r["loss"]) for r in ref}
+    threshold (None: element-wise only).
+
+    Print resolution: per step the coarser of the two records' `loss_resolution` (a trainer
+    that prints its loss with 6 decimals: 1e-6); a difference within it is not counted by
+    either verdict (both the atol and the scale-free threshold are floored at one unit in the
+    last printed place), since two equal runs can differ by that much in print."""
+    got_by_step = {int(r["step"]): r for r in got}
+    ref_by_step = {int(r["step"]): r for r in ref}
     diff = LossDiff(tolerance=tol, steps=len(ref_by_step), relative_threshold=relative)
     diff.extra = sorted(set(got_by_step) - set(ref_by_step))
     for step in sorted(ref_by_step):
-        ref_loss = ref_by_step[step]
+        ref_loss = float(ref_by_step[step]["loss"])
         if step not in got_by_step:
             diff.missing.append(step)
             continue
-        got_loss = got_by_step[step]
+        got_loss = float(got_by_step[step]["loss"])
         diff.compared += 1
-        error = loss_relative_error(got_loss, ref_loss)
+        resolution = max(loss_resolution(got_by_step[step]), loss_resolution(ref_by_step[step]))
+        diff.resolution = max(diff.resolution, resolution)
+        delta = abs(got_loss - ref_loss)  # NaN where either is NaN: never within
+        printed_equal = delta <= resolution * (1 + RESOLUTION_SLACK)
+        if printed_equal and delta > 0:
+            diff.within_resolution.append(step)
+        error = 0.0 if printed_equal else loss_relative_error(got_loss, ref_loss)
         if diff.worst_relative_step is None or error > diff.worst_relative:
             diff.worst_relative, diff.worst_relative_step = error, step
         if not math.isfinite(got_loss):
             diff.nonfinite.append(step)
         else:
-            diff.max_abs_diff = max(diff.max_abs_diff, abs(got_loss - ref_loss))
-        if not within(got_loss, ref_loss, tol):
+            diff.max_abs_diff = max(diff.max_abs_diff, delta)
+        if not printed_equal and not within(got_loss, ref_loss, tol):
             diff.mismatched.append(step)
             if diff.first is None:
                 diff.first = (step, got_loss, ref_loss)

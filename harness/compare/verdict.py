@@ -11,7 +11,9 @@ preset's 512) whatever the width or depth, and rounding moves it in proportion t
 so the relative difference is the scale-free one. (The step's loss *change* was considered and
 rejected: at the learning rates of the precision configs it is 1e-4..1e-2 and changes sign, so a
 difference measured against it would divide noise by noise.) The floor keeps a loss that
-approaches zero from turning rounding into a failure.
+approaches zero from turning rounding into a failure. Below the print resolution nothing is
+judged: a loss parsed from a printed line (InfiniTrain's `{:.6f}`) carries `loss_resolution`, and
+a difference within it is not counted by either loss verdict (diff.compare_losses).
 
 A case fails when EITHER verdict fails: the element-wise check (InfiniTrain's, kept for
 compatibility) or the scale-free one. The margin is `threshold / worst` (how many times below
@@ -43,12 +45,22 @@ class RelativeThresholds:
 
 # From the measured noise floor (benchmarks/noise_floor.py over the CPU sessions of the basic
 # and pipeline_layout tags, tiny preset; docs/benchmarks.md section 6):
-#   float32: worst gradient ||d||/||ref|| 1.61e-7 (TP2+SP), worst loss 2.14e-8 -> 1e-5 and 1e-6,
-#            62x and 47x above the noise; 1e-5 is 10x below the 1e-4 stage bug to be caught.
-#   bfloat16: worst gradient 2.18e-3 (TP2), worst loss 4.17e-6 -> 2e-2 and 1e-4, 9x and 24x above.
-# At a GPT-2 124M shape (fp32 TP2) the noise was 6.06e-7 / 8.83e-8: 16x and 11x below.
+#   float32: worst gradient ||d||/||ref|| 1.61e-7 (TP2+SP) -> 1e-5, 62x above the noise and 10x
+#            below the 1e-4 stage bug to be caught.
+#            Loss: 1e-5. The CPU noise is 2.14e-8 (8.83e-8 at a 124M shape), but on 2 x H200 a GPT-2
+#            124M PP `4,8` run moved the loss by up to 2e-6 against one GPU: the old 1e-6 passed
+#            that only above a loss of 2, and a fine-tuned 124M sits at 1.5..3. 1e-5 passes
+#            it with 5x to spare at a loss of 1 (50x at 10.8), is InfiniTrain's own fp32 threshold
+#            (scripts/compare_loss.py, absolute) at a loss of 1, and is 10x the 1e-6 print resolution
+#            of InfiniTrain's 6-decimal loss (below which nothing can be judged; diff.compare_losses
+#            floors every threshold there).
+#   bfloat16: worst gradient 2.18e-3 (TP2), worst loss 7.35e-6 (TP2, 8 cases of basic and
+#            schedules) -> 2e-2 and 1e-4, 9.2x and 13.6x above.
+# At a GPT-2 124M shape (CPU, synthetic weights) the fp32 TP2 noise was 6.06e-7 / 8.83e-8: 16x
+# and 113x below; the bf16 TP2 noise 4.81e-3 / 5.09e-5: 4.2x and only 2.0x below (measure bf16
+# on the GPU before trusting 1e-4 there).
 DEFAULT_RELATIVE = {
-    "float32": RelativeThresholds(loss=1e-6, gradients=1e-5),
+    "float32": RelativeThresholds(loss=1e-5, gradients=1e-5),
     "bfloat16": RelativeThresholds(loss=1e-4, gradients=2e-2),
 }
 

@@ -164,7 +164,13 @@ def read_json(path: Path) -> dict | None:
 
 
 def parse_step_lines(text: str) -> list[dict]:
-    """Step records from InfiniTrain-style log lines (the last line per step wins)."""
+    """Step records from InfiniTrain-style log lines (the last line per step wins).
+
+    `loss_resolution` is one unit in the last place of the loss as printed (`10**-decimals`:
+    InfiniTrain's `{:.6f}` gives 1e-6; None for a loss that is not a number, like `-nan`): two
+    equal runs can differ by that much in print, so the comparison does not count a difference
+    within it (harness.compare.diff.compare_losses). Steps read from a steps.jsonl at full
+    precision have no such field."""
     steps: dict[int, dict] = {}
     for match in STEP_LINE.finditer(text):
         try:
@@ -175,8 +181,22 @@ def parse_step_lines(text: str) -> list[dict]:
             "step": int(match["step"]), "loss": loss, "lr": _float(match["lr"]),
             "step_time_ms": _float(match["ms"]), "tokens_per_s": _float(match["tps"]),
             "peak_memory_mb": _float(match["mem"]) if match["mem"] else None,
+            "loss_resolution": printed_resolution(match["loss"]),
         }
     return [steps[s] for s in sorted(steps)]
+
+
+_DECIMAL = re.compile(r"[+-]?(?P<int>\d*)(?:\.(?P<frac>\d*))?(?:[eE](?P<exp>[+-]?\d+))?")
+
+
+def printed_resolution(text: str) -> float | None:
+    """One unit in the last printed place of a number (`5.585794` -> 1e-6, `12` -> 1,
+    `1.5e-03` -> 1e-4); None when the text is not a finite decimal number (`nan`, `-inf`)."""
+    match = _DECIMAL.fullmatch(text)
+    if match is None or not (match["int"] or match["frac"]):
+        return None
+    exponent = int(match["exp"] or 0) - len(match["frac"] or "")
+    return 10.0 ** exponent
 
 
 def _float(text: str) -> float:

@@ -105,5 +105,7 @@ def read_steps(output_dir: str | os.PathLike) -> list[dict]:
 
 def write_steps(path: Path, steps: list[dict]) -> None:
     """steps.jsonl for a backend that printed its steps instead of writing them (reading goes
-    through harness.launch.backends.read_jsonl, which skips a half-written line)."""
+    through harness.launch.backends.read_jsonl, which skips a half-written line). Every field
+    of a parsed step is kept, `loss_resolution` (the printed loss's last place) included, so a
+    cached reference is compared at the resolution it was printed with."""
     path.write_text("".join(json.dumps({"format": STEP_FORMAT, **s}) + "\n" for s in steps))

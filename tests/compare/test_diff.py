@@ -45,7 +45,7 @@ def test_loss_diff_record_exactly():
         "tolerance": {"atol": atol, "rtol": 0.0}, "steps": 4, "compared": 3, "mismatched": 2,
         "mismatched_steps": [3, 4], "nonfinite_steps": [], "missing_steps": [2],
         "extra_steps": [5], "max_abs_diff": 2 * atol, "first_diverging_step": 3,
-        "elementwise_ok": False,
+        "resolution": 0.0, "within_resolution_steps": [], "elementwise_ok": False,
         "relative": {"threshold": 1e-3, "worst": worst, "worst_step": 3,
                      "margin": 1e-3 / worst, "ok": True},
         "ok": False,

@@ -153,7 +153,7 @@ def test_thresholds_by_dtype_exactly():
     assert set(DEFAULT_RELATIVE) == set(UPDATE_RELATIVE) == set(DTYPES)
     assert relative_thresholds(None) == relative_thresholds("float32")
     assert (relative_thresholds("float32").loss, relative_thresholds("float32").gradients) == \
-        (1e-6, 1e-5)
+        (1e-5, 1e-5)
     assert (relative_thresholds("bfloat16").loss, relative_thresholds("bfloat16").gradients) == \
         (1e-4, 2e-2)
     assert relative_thresholds("bfloat16").to_dict() == {"loss": 1e-4, "gradients": 2e-2}

@@ -29,5 +29,7 @@ def test_step_lines_parse_infinitrain_format():
             "step    2/2 | train loss nan | lr 1.00e-04 | (10.0 ms | 5000 tok/s | DP=1, TP=1, PP=2)\n")
     parsed = parse_step_lines(text)
     assert parsed[0] == {"step": 1, "loss": 5.250158, "lr": 1e-4, "step_time_ms": 12.3,
-                         "tokens_per_s": 4150.0, "peak_memory_mb": 123.0}
+                         "tokens_per_s": 4150.0, "peak_memory_mb": 123.0,
+                         "loss_resolution": 1e-6}
     assert np.isnan(parsed[1]["loss"]) and parsed[1]["peak_memory_mb"] is None
+    assert parsed[1]["loss_resolution"] is None  # not a number: no print resolution

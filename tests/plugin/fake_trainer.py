@@ -26,7 +26,8 @@ the layout. Its behaviour comes from the case id (the last part of --case):
     from-step-2  logs steps 2.. only (a resumed run)
     bad-update   with --dump_parameter_updates: h.6.mlp.c_fc.weight's update scaled by 1.5
     no-logs      writes no per-rank log (its stdout and stderr are all there is)
-    scale-free-loss  step 2's loss up by 8e-6: within atol 1e-5, over float32's 1e-6 relative
+    scale-free-loss  step 2's loss (4.75) up by 1e-4: within the case's loosened atol (1e-3),
+                 over float32's scale-free 1e-5 relative (2.1e-5)
     rounding-update  ln_f.weight's update (about 1e-6 per element, as a norm weight's is) moved
                  by one float32 step at 1.0 (2**-23): rounding that UPDATE_RESOLUTION allows
     small-update-diff  h.6.mlp.c_fc.weight's update 0.5 % off: over float32's scale-free update
@@ -164,8 +165,8 @@ def main():
               f"DP=1, TP=1, PP={args.pipeline_parallel})", flush=True)
     if "fatal-line" in mode:
         print("FATAL fake: rank 1: planted fatal log line after the last step", flush=True)
-    if "scale-free-loss" in mode:  # within atol (1e-5), over float32's scale-free 1e-6
-        exact_steps[1]["loss"] += 8e-6
+    if "scale-free-loss" in mode:  # within an atol of 1e-3, over float32's scale-free 1e-5
+        exact_steps[1]["loss"] += 1e-4
     noise = np.random.default_rng()  # fresh every run: FAKE_*_NOISE is run-to-run noise
     loss_noise = float(os.environ.get("FAKE_LOSS_NOISE") or 0)
     for entry in exact_steps if loss_noise else ():
