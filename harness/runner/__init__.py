@@ -16,6 +16,8 @@ Per case, under the session folder:
     checkpoints.py     checkpoints a foreign trainer saves: announced, moved under the session,
                        waited for by the cases that resume from them
     diagnosis.py       the failure text of a crashed, hung or differing run
+    calibrate.py       --harness-calibrate: the reference repeats and passing cases' noise,
+                       merged at session end; the thresholds a case is judged with
 """
 
 from .case_runner import CaseRunner, make_backend
