@@ -35,7 +35,11 @@ ROLES = ("mathematics", "topology", "output", "resume", "input")
 # Roles a case's reference run drops.
 DROPPED_BY_REFERENCE = frozenset({"topology", "output", "resume"})
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16")  # what a case may ask for (each has its verdict's thresholds)
+# The bundled trainer also runs float64 on one device: the oracle a calibration session runs
+# once per reference key (harness.runner.calibrate, "fp64_ratio"); no case config offers it.
+ORACLE_DTYPE = "float64"
+TRAINER_DTYPES = (*DTYPES, ORACLE_DTYPE)
 OPTIMIZERS = ("sgd", "adamw")
 DEVICES = ("cpu", "cuda")
 # The schedule names torch.distributed.pipelining knows (get_schedule_class spells them so).

@@ -42,8 +42,9 @@ class Engine(Protocol):
 
 
 def compute_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a --dtype value (flags.DTYPES)."""
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+    """The torch dtype of a --dtype value (flags.TRAINER_DTYPES). float64 is no autocast: the
+    model's parameters are float64 and every operation runs in float64 (one device only)."""
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}[name]
 
 
 def require_device(kind: str) -> None:
@@ -55,12 +56,15 @@ def require_device(kind: str) -> None:
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean token cross-entropy, computed in float32 whatever the compute dtype."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(0, 1))
+    """Mean token cross-entropy, computed in float32 whatever the compute dtype (float64 in a
+    float64 run: its logits are never narrowed)."""
+    if logits.dtype != torch.float64:
+        logits = logits.float()
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(0, 1))
 
 
 def autocast(device: torch.device, dtype: torch.dtype):
-    if dtype == torch.float32:
+    if dtype in (torch.float32, torch.float64):  # float64: the parameters are float64 already
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
 

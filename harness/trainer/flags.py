@@ -18,6 +18,7 @@ from harness.spec.flags import (  # noqa: F401  (re-exported: the trainer's voca
     OPTIMIZERS,
     SCHEDULES,
     SEED_RANGE,
+    TRAINER_DTYPES,
     FlagError,
     expected,
     microbatches,
@@ -106,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs.update(nargs="?", const=True, type=_bool, metavar="BOOL")
         elif name == "model":
             kwargs["choices"] = MODELS
+        elif name == "dtype":  # float64 too: the calibration's oracle (one device)
+            kwargs["choices"] = TRAINER_DTYPES
         elif flag.choices:
             kwargs["choices"] = flag.choices
         elif flag.type is not str:

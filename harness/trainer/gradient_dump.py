@@ -1,6 +1,7 @@
 """`--dump_gradients DIR`: every parameter's gradient after the first step, one file each.
 
-`DIR/<name>.npy` holds the full float32 gradient (shape as the parameter's) under the
+`DIR/<name>.npy` holds the full float32 gradient (shape as the parameter's; float64 in a
+`--dtype float64` run, the calibration's oracle, read with numpy.load) under the
 single-device parameter name, so a single-device dump and any parallel dump have the same file
 names and shapes and can be diffed file by file. `DIR/manifest.json` lists every file with its
 shape and the rank that wrote it.
@@ -29,9 +30,11 @@ def write_gradients(
     directory.mkdir(parents=True, exist_ok=True)
     entries = []
     for name, gradient in gradients:
-        if isinstance(gradient, torch.Tensor):
-            gradient = gradient.detach().to("cpu", torch.float32).numpy()
-        array = np.ascontiguousarray(gradient, dtype=np.float32)
+        wide = isinstance(gradient, torch.Tensor) and gradient.dtype == torch.float64
+        if isinstance(gradient, torch.Tensor):  # a float64 run's tensors stay float64
+            gradient = gradient.detach().to("cpu", torch.float64 if wide else torch.float32)
+            gradient = gradient.numpy()
+        array = np.ascontiguousarray(gradient, dtype=np.float64 if wide else np.float32)
         # Write-then-rename: a reader never sees half a file.
         partial = directory / f".{name}.npy.partial"
         with open(partial, "wb") as stream:

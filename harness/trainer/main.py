@@ -122,6 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         require_device(flags.device)
         parallel = world_size > 1 or flags.pipeline_parallel > 1 or flags.tensor_parallel > 1
+        if parallel and flags.dtype == "float64":
+            raise FlagError(
+                "--dtype=float64 runs on one device only (one process, no --pipeline_parallel "
+                "or --tensor_parallel): it is the float64 oracle a calibration session runs "
+                "beside each single-device reference"
+            )
         if parallel:
             from harness.trainer.parallel import plan_parallel
 
@@ -171,7 +177,10 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
             device = torch.device("cuda", 0)
         model = build_model(checkpoint.config)
         load_weights(model, checkpoint.tensors)
-        engine = SingleDeviceEngine(model.to(device), device, compute_dtype(flags.dtype))
+        dtype = compute_dtype(flags.dtype)
+        if dtype == torch.float64:  # the oracle: the same float32 weights, widened exactly
+            model = model.to(torch.float64)
+        engine = SingleDeviceEngine(model.to(device), device, dtype)
         mesh = {"pp": 1, "dp": 1, "tp": 1}
     del checkpoint
 

@@ -145,6 +145,42 @@ def test_bfloat16_compute_tracks_float32_and_optimizers_lower_the_loss(tiny_asse
         assert fp32[-1] < fp32[0] - 0.1
 
 
+@pytest.mark.parametrize("model", ["gpt2", "llama3"])
+def test_float64_trains_in_float64_and_agrees_with_float32(tiny_assets, tmp_path, model):
+    """--dtype float64, the calibration's oracle: parameters, activations, loss and the
+    gradient dump in float64, within float32's rounding of the float32 run."""
+    common = [*_flags(tiny_assets, model, tmp_path)[:-2]]  # no profile
+    assert main([*common, "--output_dir", str(tmp_path / "fp32"),
+                 "--dump_gradients", str(tmp_path / "fp32" / "grads")]) == 0
+    assert main([*common, "--output_dir", str(tmp_path / "fp64"),
+                 "--dump_gradients", str(tmp_path / "fp64" / "grads"), "--dtype", "float64"]) == 0
+    fp32 = np.array([s["loss"] for s in read_steps(tmp_path / "fp32")])
+    fp64 = np.array([s["loss"] for s in read_steps(tmp_path / "fp64")])
+    assert len(fp64) == 3 and not np.array_equal(fp32, fp64)  # it really ran another dtype
+    np.testing.assert_allclose(fp64, fp32, rtol=1e-5, atol=0)
+    run = json.loads((tmp_path / "fp64" / "run.json").read_text())
+    assert run["flags"]["dtype"] == "float64"
+    names = [p["name"] for p in read_manifest(tmp_path / "fp64" / "grads")["parameters"]]
+    for name in names:
+        wide = np.load(tmp_path / "fp64" / "grads" / f"{name}.npy")
+        narrow = np.load(tmp_path / "fp32" / "grads" / f"{name}.npy")
+        assert wide.dtype == np.float64 and narrow.dtype == np.float32
+        # the float32 run's gradient is the float64 one up to float32 rounding (~1e-7)
+        assert np.linalg.norm(wide - narrow) <= 1e-5 * np.linalg.norm(wide) + 1e-12, name
+
+
+def test_float64_is_one_device_only_and_no_case_dtype(tiny_assets, tmp_path, capsys):
+    from harness.spec.flags import FLAG_TABLE, FlagError
+
+    argv = [*_flags(tiny_assets, "gpt2", tmp_path), "--dtype", "float64",
+            "--pipeline_parallel", "2"]
+    assert main(argv) == 2
+    assert "--dtype=float64 runs on one device only" in capsys.readouterr().err
+    assert not (tmp_path / "steps.jsonl").exists()
+    with pytest.raises(FlagError):  # a case config cannot ask for it: no thresholds of its own
+        FLAG_TABLE["dtype"].check("float64")
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_requested_without_cuda_is_refused_before_training(tiny_assets, tmp_path, capsys):
     assert main([*_flags(tiny_assets, "gpt2", tmp_path), "--device", "cuda"]) == 2

@@ -56,10 +56,12 @@ def apply_rope_scaling(freqs: torch.Tensor) -> torch.Tensor:
 
 
 def rope_frequencies(
-    head_dim: int, theta: float, use_scaled: bool, device: torch.device | str | None = None
+    head_dim: int, theta: float, use_scaled: bool, device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """The head_dim/2 rotation frequencies theta^(-2j/hd), float32, llama3-scaled if asked."""
-    exponents = torch.arange(0, head_dim, 2, device=device)[: head_dim // 2].float() / head_dim
+    """The head_dim/2 rotation frequencies theta^(-2j/hd), float32 (float64 for a float64
+    run), llama3-scaled if asked."""
+    exponents = torch.arange(0, head_dim, 2, device=device)[: head_dim // 2].to(dtype) / head_dim
     freqs = 1.0 / (theta**exponents)
     return apply_rope_scaling(freqs) if use_scaled else freqs
 
@@ -70,13 +72,15 @@ def precompute_rope(
     theta: float,
     use_scaled: bool,
     device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """cos / sin of position * frequency for positions 0..end-1: float32 (end, head_dim/2, 2).
 
     The same numbers as Meta's ``precompute_freqs_cis`` (which stores them as complex64).
+    `dtype` float64: the table of a float64 run (the calibration's oracle), computed in float64.
     """
-    freqs = rope_frequencies(head_dim, theta, use_scaled, device)
-    t = torch.arange(end, device=device, dtype=torch.float32)
+    freqs = rope_frequencies(head_dim, theta, use_scaled, device, dtype)
+    t = torch.arange(end, device=device, dtype=dtype)
     angles = torch.outer(t, freqs)
     return torch.stack((angles.cos(), angles.sin()), dim=-1)
 
@@ -87,12 +91,17 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     Pair j is (x[..., 2j], x[..., 2j+1]) seen as a complex number times exp(i * t * f_j):
     exactly Meta's ``view_as_complex`` multiply, written with real arithmetic.
     """
-    xf = x.float().reshape(*x.shape[:-1], -1, 2)
+    xf = _widened(x).reshape(*x.shape[:-1], -1, 2)
     x0, x1 = xf[..., 0], xf[..., 1]
     cos = rope[..., 0][None, :, None, :]
     sin = rope[..., 1][None, :, None, :]
     out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
     return out.flatten(-2).type_as(x)
+
+
+def _widened(x: torch.Tensor) -> torch.Tensor:
+    """x in float32 for the norm and RoPE; a float64 run's (the oracle) stays float64."""
+    return x if x.dtype == torch.float64 else x.float()
 
 
 class RMSNorm(nn.Module):
@@ -102,7 +111,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        xf = _widened(x)
         normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return normed.type_as(x) * self.weight
 
@@ -207,22 +216,27 @@ class LLaMA3(ModelPart):
         # RoPE table: a non-persistent float32 buffer (not a parameter, not in state_dict)
         self.register_buffer("rope", self._compute_rope(None), persistent=False)
 
-    def _compute_rope(self, device: torch.device | str | None) -> torch.Tensor:
+    def _compute_rope(self, device: torch.device | str | None,
+                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
         c = self.config
-        return precompute_rope(c.head_dim, c.block_size, c.rope_theta, c.use_scaled_rope, device)
+        return precompute_rope(c.head_dim, c.block_size, c.rope_theta, c.use_scaled_rope, device,
+                               dtype)
 
-    def init_buffers(self, device: torch.device | str | None = None) -> None:
+    def init_buffers(self, device: torch.device | str | None = None,
+                     dtype: torch.dtype = torch.float32) -> None:
         """Recompute the RoPE table (after ``to_empty()`` from the meta device, for example)."""
         if device is None:
             device = self.rope.device
-        self.rope = self._compute_rope(device)
+        self.rope = self._compute_rope(device, dtype)
 
-    def _rope_for(self, T: int, device: torch.device) -> torch.Tensor:
+    def _rope_for(self, T: int, device: torch.device,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
         self.check_length(T)
-        # Module.to(dtype) casts float buffers too; RoPE is always applied in float32, so a
-        # cast (or moved, or meta) table is recomputed rather than used at lower precision.
-        if self.rope.dtype != torch.float32 or self.rope.device != device:
-            self.init_buffers(device)
+        # Module.to(dtype) casts float buffers too; RoPE is always applied in float32 (float64
+        # in a float64 run), so a cast (or moved, or meta) table is recomputed rather than used
+        # at another precision.
+        if self.rope.dtype != dtype or self.rope.device != device:
+            self.init_buffers(device, dtype)
         return self.rope[:T]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -232,7 +246,8 @@ class LLaMA3(ModelPart):
             # an empty pipeline chunk: identity, as a fresh tensor (no aliasing of the input)
             return x.clone()
         if self.h:
-            rope = self._rope_for(x.shape[1], x.device)
+            wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+            rope = self._rope_for(x.shape[1], x.device, wide)
             for block in self.h.values():
                 x = block(x, rope)
         if self.has_final_norm:
