@@ -6,6 +6,8 @@ harness.compare and harness.results.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -112,7 +114,19 @@ def _config_path(config: pytest.Config) -> Path:
     return (config.rootpath / "configs" / "test_config.json").resolve()
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM (what `timeout` sends and CI escalates to) ends the session as Ctrl-C does:
+    the running case's processes are ended on the way out, finished records are kept and the
+    summary with the report command is printed."""
+    raise KeyboardInterrupt(f"terminated by {signal.Signals(signum).name}")
+
+
+_PREVIOUS_SIGTERM = pytest.StashKey[object]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if threading.current_thread() is threading.main_thread():
+        config.stash[_PREVIOUS_SIGTERM] = signal.signal(signal.SIGTERM, _terminated)
     path = _config_path(config)
     config.addinivalue_line("markers", "harness: a precision case expanded from the test config")
     for tag in read_tags(path):
@@ -226,6 +240,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             from harness.reference.prune import prune
 
             prune(s["reference_root"], max_bytes=int(max_gb * 1e9))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PREVIOUS_SIGTERM in config.stash:
+        signal.signal(signal.SIGTERM, config.stash[_PREVIOUS_SIGTERM])
 
 
 class _XdistHooks:

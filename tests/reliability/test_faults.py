@@ -142,7 +142,10 @@ AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, sign
                       "os.execv(sys.argv[1], sys.argv[1:])")
 
 
-def test_sigint_mid_case_ends_the_run_and_keeps_finished_results(pytester, harness_dir, records):
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_sigint_mid_case_ends_the_run_and_keeps_finished_results(pytester, harness_dir, records,
+                                                                  sent):
+    """Ctrl-C, and SIGTERM (what `timeout` sends, what CI escalates to), handled alike."""
     harness_dir(fake_config([{"id": "ok", "args": {}}, {"id": "hang", "args": {}},
                              {"id": "after", "args": {}}]))
     # The session starts as from a terminal, SIGINT at its default. A process started in the
@@ -163,13 +166,14 @@ def test_sigint_mid_case_ends_the_run_and_keeps_finished_results(pytester, harne
             assert time.monotonic() < deadline, "the hang case never started"
             assert session_process.poll() is None, session_process.stdout.read()
             time.sleep(0.1)
-        session_process.send_signal(signal.SIGINT)
+        session_process.send_signal(sent)
         out, _ = session_process.communicate(timeout=240)
     finally:
         if session_process.poll() is None:
             session_process.kill()
     assert session_process.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "KeyboardInterrupt" in out
+    assert "report: python -m harness.report" in out  # the summary names the report command
     session = the_session(pytester.path / "out")
     by_name = results(session)
     assert by_name["fake/gpt2/ok"]["status"] == "passed"
