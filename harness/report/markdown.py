@@ -4,6 +4,8 @@ are written by harness.compare.render, the renderer pytest's failure text shares
 
 from __future__ import annotations
 
+import math
+
 from harness.compare import render
 from harness.compare.render import gradient_markdown, loss_markdown
 from harness.results.records import STATUSES
@@ -311,8 +313,9 @@ def calibration_lines(views: list[CaseView], named: int = 8) -> list[str]:
             key = (c.get("file"), c.get("problem"), c.get("gradients_noise"),
                    c.get("loss_noise"), t.get("loss"), t.get("gradients"))
             groups.setdefault(key, []).append(v.name)
+    oracle = fp64_lines(views)
     if not any(file or problem for file, problem, *_ in groups):
-        return []
+        return oracle
     lines = ["Scale-free thresholds (docs/harness_guide.md, Calibration):", ""]
     for (file, problem, grad_noise, loss_noise, loss, grads), names in groups.items():
         text = (f"calibrated by `{file}` (gradient noise {g(grad_noise)}, loss noise "
@@ -323,6 +326,33 @@ def calibration_lines(views: list[CaseView], named: int = 8) -> list[str]:
         shown = ", ".join(f"`{n}`" for n in names[:named])
         more = f" and {len(names) - named} more" if len(names) > named else ""
         lines.append(f"- {text} ({plural(len(names), 'case')}: {shown}{more})")
+    return [*lines, "", *oracle]
+
+
+def fp64_lines(views: list[CaseView], named: int = 20) -> list[str]:
+    """A calibration session's float64 oracle (the record's `calibration.fp64_ratio`): a line
+    per case, the largest ratio first; nothing when no case has one."""
+    found = []
+    for v in views:
+        ratio = section(v.record, "calibration").get("fp64_ratio")
+        if isinstance(ratio, dict):
+            worst = max((x for x in (number(ratio.get("gradients")), number(ratio.get("loss")))
+                         if x is not None), default=-1.0, key=lambda x: math.inf if x != x else x)
+            found.append((worst, v.name, ratio))
+    if not found:
+        return []
+    found.sort(key=lambda item: (-item[0], item[1]))
+    lines = ["Float64 oracle (calibration session; docs/harness_guide.md, Calibration): the "
+             "fp64 ratio |run − fp64| / |ref − fp64|, the worst parameter's ‖run − fp64‖ / "
+             "‖ref − fp64‖ and the worst step's loss; of order 1: the case differs from its "
+             "reference by another rounding order only; orders of magnitude above 1: a bug.", ""]
+    for _worst, name, ratio in found[:named]:
+        parameter = ratio.get("gradients_parameter")
+        at = f" at `{md_escape(parameter)}`" if parameter else ""
+        lines.append(f"- `{name}`: gradients {g(ratio.get('gradients'))}{at}, loss "
+                     f"{g(ratio.get('loss'))}")
+    if len(found) > named:
+        lines.append(f"- and {len(found) - named} more")
     return [*lines, ""]
 
 

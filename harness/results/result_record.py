@@ -149,10 +149,16 @@ class ResultRecord:
     calibration: dict | None = doc(
         "which scale-free thresholds the case was judged with (docs/harness_guide.md, "
         "Calibration): `{file, gradients_noise, loss_noise, thresholds: {loss, gradients}, "
-        "problem}`; `file` is the calibration file used (`<reference cache>/calibration/"
+        "problem, fp64_ratio}`; `file` is the calibration file used (`<reference cache>/calibration/"
         "<trainer-version>-<device>-<dtype>.json`), null for the dtype's defaults, with the "
         "noise it measured (null then); `problem` says why a calibration file of this trainer "
-        "and dtype was not used (another host, trainer build or dtype), else null. Null for a "
+        "and dtype was not used (another host, trainer build or dtype), else null. "
+        "`fp64_ratio`: in a calibration session with the bundled trainer, `{gradients, "
+        "gradients_parameter, loss}`: the largest over parameters of ||run - fp64|| / "
+        "||ref - fp64|| (fp64: the reference key's float64 run) with that parameter, and the "
+        "largest over steps of |run - fp64| / |ref - fp64| for the loss; of order 1 for "
+        "another rounding order, orders of magnitude above 1 for a bug; 0 / inf where "
+        "ref equals fp64 exactly; null otherwise. Null for a "
         "case that stopped before its thresholds were chosen (skipped, or an error naming "
         "the calibration)")
     command: list | None = doc("the launch command (argv list)")

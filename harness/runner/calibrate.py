@@ -10,6 +10,15 @@ In a calibration session every case runs as usual, judged with the default thres
 A failing case's errors are never noise: noise comes from passing runs, so a calibration
 session is run on a known-good build.
 
+With the bundled trainer (backend "harness") each reference key is also run once in float64,
+on one device (`<session>/calibration/<entry>/fp64`, flags = the reference's with
+--dtype float64): the oracle. Every case, passing or not, gets its fp64 ratio in its record's
+`calibration` (`fp64_ratio`, `fp64_ratio()` below): per parameter ||run - fp64|| /
+||ref - fp64||, the worst over parameters, and per step |run - fp64| / |ref - fp64| for the
+loss, the worst over steps. A case that differs from its reference only by another rounding
+order is as far from the exact answer as the reference is: a ratio of order 1; a bug puts the
+run orders of magnitude further. Outside calibration sessions and for other trainers it is null.
+
 Measurements go to `<session>/calibration.jsonl`, one JSON line each, appended under a file
 lock; the controller merges them into the calibration files at the session's end
 (`write_calibrations`). Why the controller and not each worker: only it knows that every worker
@@ -27,6 +36,7 @@ import socket
 import time
 from pathlib import Path
 
+import numpy as np
 from filelock import FileLock
 
 from harness.compare import Locator, compare_gradients, compare_losses
@@ -40,12 +50,14 @@ from harness.compare.calibration import (
 from harness.compare.verdict import RelativeThresholds, relative_thresholds
 from harness.launch import LaunchSpec, free_port
 from harness.launch.backends import read_jsonl
+from harness.spec.flags import ORACLE_DTYPE
 
 MEASUREMENTS = "calibration.jsonl"
 FOLDER = "calibration"  # in the session folder: the repeats' runs and their markers
+ORACLE = "fp64"  # <session>/calibration/<entry>/fp64: the reference key's float64 run
 
-__all__ = ["MEASUREMENTS", "check_repeats", "measure", "read_measurements", "session_thresholds",
-           "write_calibrations"]
+__all__ = ["MEASUREMENTS", "check_repeats", "fp64_ratio", "measure", "read_measurements",
+           "session_thresholds", "write_calibrations"]
 
 
 def dtype_of(case) -> str:
@@ -59,12 +71,15 @@ def session_thresholds(runner, case) -> tuple[RelativeThresholds, dict]:
     dtype = dtype_of(case)
     default = relative_thresholds(dtype)
     if runner.settings.calibrate_repeats:
-        return calibrated_thresholds(default, None)
-    if dtype not in runner.calibrations:  # read once per dtype per session
-        runner.calibrations[dtype] = load_calibration(
-            runner.settings.reference_root, runner.backend.version(), runner.settings.device,
-            dtype, trainer=runner.backend.name)
-    return calibrated_thresholds(default, runner.calibrations[dtype])
+        thresholds, stored = calibrated_thresholds(default, None)
+    else:
+        if dtype not in runner.calibrations:  # read once per dtype per session
+            runner.calibrations[dtype] = load_calibration(
+                runner.settings.reference_root, runner.backend.version(),
+                runner.settings.device, dtype, trainer=runner.backend.name)
+        thresholds, stored = calibrated_thresholds(default, runner.calibrations[dtype])
+    # filled in by `measure` in a calibration session with the bundled trainer
+    return thresholds, {**stored, "fp64_ratio": None}
 
 
 # ---------------------------------------------------------------------- measuring
@@ -95,11 +110,21 @@ def _number(value) -> float | None:
 
 def measure(runner, case, record, reference, checkpoint: Path, input_bin: Path,
             passed: bool) -> None:
-    """A calibration session's part of a case: its own errors when it passed, then (once per
-    reference key in the session, whichever worker gets there first) the reference's
-    repeats. A repeat that fails raises CalibrationError (the case is an error) and no
+    """A calibration session's part of a case: with the bundled trainer its fp64 ratio
+    (record.calibration["fp64_ratio"]; the key's float64 run made first, once per key), its
+    own errors when it passed, then (once per reference key in the session, whichever worker
+    gets there first) the reference's repeats. Called before the case's dumps are settled (its
+    gradients are read). A repeat that fails raises CalibrationError (the case is an error) and no
     calibration of its group is written."""
     session_dir = runner.settings.session_dir
+    if not runner.foreign and record.calibration is not None:  # the float64 oracle's view
+        oracle = _oracle(runner, case, reference, checkpoint, input_bin)
+        run_gradients = Path(record.output_dir or ".") / "gradients"
+        record.calibration = {**record.calibration, "fp64_ratio": fp64_ratio(
+            run_gradients if case.compare.gradients and run_gradients.is_dir() else None,
+            reference.gradients_dir, oracle / "gradients",
+            list(zip(record.steps or [], record.losses or [])) if case.compare.loss else [],
+            read_jsonl(reference.steps_file), read_jsonl(oracle / "steps.jsonl"))}
     if passed:
         relative = ((record.gradients or {}).get("relative") or {})
         _append(session_dir, {**_identity(runner, case), "kind": "case", "case": case.name,
@@ -184,6 +209,97 @@ def _repeat(runner, case, reference, checkpoint: Path, input_bin: Path, folder: 
     return entry
 
 
+# ---------------------------------------------------------------------- the float64 oracle
+
+
+def _oracle(runner, case, reference, checkpoint: Path, input_bin: Path) -> Path:
+    """The folder of the float64 run of `case`'s reference key: made by the first case of the
+    key to get here (file lock, any xdist worker), then read by every case of it. One device,
+    the reference's flags (its topology dropped) with --dtype float64, never cached. A run that
+    fails raises CalibrationError, for every case of the key."""
+    name = runner.references.entry_name(reference.key)
+    folder = runner.settings.session_dir / FOLDER / name / ORACLE
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder.parent.parent / f".{name}.{ORACLE}.lock")):
+        failed, done = folder.parent / f"{ORACLE}-FAILED.txt", folder / "DONE"
+        if failed.is_file():
+            raise CalibrationError(failed.read_text())
+        if done.is_file():
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)  # a run cut short by a killed worker
+        flags = {**case.reference_flags(), "dtype": ORACLE_DTYPE}
+        spec = LaunchSpec(case="fp64-oracle", model=case.model, flags=flags, world_size=1,
+                          checkpoint=checkpoint, input_bin=input_bin, output_dir=folder,
+                          gradients_dir=folder / "gradients", log_dir=folder / "logs",
+                          device=runner.settings.device)
+        spec.log_dir.mkdir(parents=True, exist_ok=True)
+        with runner.leases.lease(1) as slots:
+            spec.slots = slots
+            result = runner._launch(spec)
+            outputs = runner.backend.collect(spec, result)
+        if not result.ok or outputs.problem or not outputs.steps:
+            text = runner._crash_text(case, spec, result, None, runner._rank_logs(spec, result),
+                                      what="the float64 oracle run of the reference",
+                                      problem=outputs.problem)
+            failed.write_text(text)
+            raise CalibrationError(text)
+        done.write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + "\n")
+    return folder
+
+
+def _ratio(run_distance: float, ref_distance: float) -> float:
+    """|run - fp64| / |ref - fp64|; where the reference is exactly the oracle, 0 if the run is
+    too, else inf. A non-finite run (NaN) is inf: nothing is further from the oracle."""
+    if not math.isfinite(run_distance):
+        return math.inf
+    if ref_distance == 0:
+        return 0.0 if run_distance == 0 else math.inf
+    return run_distance / ref_distance
+
+
+def fp64_ratio(run_gradients: Path | None, ref_gradients: Path | None,
+               oracle_gradients: Path | None, run_steps, ref_steps: list[dict],
+               oracle_steps: list[dict]) -> dict:
+    """The fp64 ratio of a case: `{gradients, gradients_parameter, loss}`.
+
+    gradients: the largest over parameters of ||run - fp64|| / ||ref - fp64|| (Frobenius
+    norms, in float64, over the parameters all three dumps hold with one shape), with the
+    parameter it is at; loss: the largest over the steps all three have of
+    |run - fp64| / |ref - fp64|. Each ratio is of order 1 when the run differs from its
+    reference only by the rounding of another order of operations, orders of magnitude above 1
+    for a bug; null where nothing was compared. `run_steps`: step records or (step, loss)
+    pairs; the dumps are read with numpy.load (the oracle's are float64)."""
+    worst, worst_name = None, None
+    folders = (run_gradients, ref_gradients, oracle_gradients)
+    if all(f is not None and Path(f).is_dir() for f in folders):
+        for path in sorted(Path(oracle_gradients).glob("*.npy")):
+            run_file, ref_file = Path(run_gradients) / path.name, Path(ref_gradients) / path.name
+            if not (run_file.is_file() and ref_file.is_file()):
+                continue  # missing in a dump: the verdict says so
+            exact = np.load(path).astype(np.float64, copy=False)
+            run = np.load(run_file).astype(np.float64, copy=False)
+            ref = np.load(ref_file).astype(np.float64, copy=False)
+            if not (run.shape == ref.shape == exact.shape):
+                continue  # the verdict's shape error
+            ratio = _ratio(float(np.linalg.norm(run - exact)), float(np.linalg.norm(ref - exact)))
+            if worst is None or ratio > worst or (ratio == worst and path.stem < worst_name):
+                worst, worst_name = ratio, path.stem
+    losses = {}
+    for entry in run_steps or []:
+        step, loss = (entry.get("step"), entry.get("loss")) if isinstance(entry, dict) else entry
+        if step is not None and _number(loss) is not None:
+            losses[int(step)] = _number(loss)
+    reference = {int(s["step"]): _number(s.get("loss")) for s in ref_steps if "step" in s}
+    exact = {int(s["step"]): _number(s.get("loss")) for s in oracle_steps if "step" in s}
+    loss = None
+    for step in sorted(set(losses) & set(reference) & set(exact)):
+        if reference[step] is None or exact[step] is None:
+            continue
+        ratio = _ratio(abs(losses[step] - exact[step]), abs(reference[step] - exact[step]))
+        loss = ratio if loss is None else max(loss, ratio)
+    return {"gradients": worst, "gradients_parameter": worst_name, "loss": loss}
+
+
 # ---------------------------------------------------------------------- the session's end
 
 
@@ -209,7 +325,10 @@ def write_calibrations(session_dir: Path, reference_root: Path, repeats: int) ->
     """Merge a calibration session's measurements, one file per (trainer, trainer version,
     device, dtype): the worst loss and gradient error over every repeat and passing case. A
     group with a failed repeat, or with no repeat at all, gets no file. Returns a line per group
-    for the terminal: where its file went, or why there is none."""
+    for the terminal: where its file went, or why there is none. The float64 oracles'
+    gradient dumps go (every worker is done: every case's fp64 ratio is in its record)."""
+    for dump in Path(session_dir).glob(f"{FOLDER}/*/{ORACLE}/gradients"):
+        shutil.rmtree(dump, ignore_errors=True)  # every case has read it: its ratio is recorded
     groups: dict[tuple, list[dict]] = {}
     for entry in read_measurements(session_dir):
         key = tuple(entry.get(k) for k in GROUP)

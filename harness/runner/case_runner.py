@@ -346,15 +346,18 @@ class CaseRunner:
                 lines += [line.replace("gradients", "parameter updates", 1)
                           for line in gradient_lines(changes)]
         timings.compare_s = time.time() - t
+        calibration_error = None
+        if self.settings.calibrate_repeats:  # --harness-calibrate: this machine's noise
+            try:  # before the dumps are settled: the fp64 ratio reads the run's gradients
+                measure(self, case, record, reference, checkpoint, input_bin, passed=bool(ok))
+            except CalibrationError as error:
+                calibration_error = error
         record.dumps = settle_dumps(spec.gradients_dir, bool(ok), self.settings.keep_dumps)
         if updates:
             settle_dumps(out / "updates", bool(ok), self.settings.keep_dumps)
         record.disk_bytes = folder_bytes(spec.output_dir)
-        if self.settings.calibrate_repeats:  # --harness-calibrate: this machine's noise
-            try:
-                measure(self, case, record, reference, checkpoint, input_bin, passed=bool(ok))
-            except CalibrationError as error:
-                return Outcome("error", f"{case.name}: {error}")
+        if calibration_error is not None:
+            return Outcome("error", f"{case.name}: {calibration_error}")
         if ok:
             return Outcome("passed", "")
         return Outcome("failed", mismatch_text(case, lines, spec.output_dir, reference.path,

@@ -74,7 +74,8 @@ def test_calibrate_under_xdist_then_the_next_session_uses_it(tmp_path):
     # A calibration session judges with the defaults, and its record says so.
     assert records["fake/gpt2/ok"]["calibration"] == {
         "file": None, "gradients_noise": None, "loss_noise": None,
-        "thresholds": F32.to_dict(), "problem": None}
+        "thresholds": F32.to_dict(), "problem": None,
+        "fp64_ratio": None}  # a foreign trainer: no float64 oracle
     # Each reference key: built once, repeated twice (the PP cases share one key).
     references = (where / "records" / "references.jsonl").read_text().splitlines()
     assert len(references) == 2 * 3
@@ -110,7 +111,7 @@ def test_calibrate_under_xdist_then_the_next_session_uses_it(tmp_path):
     assert ok["status"] == "passed"
     assert ok["calibration"] == {"file": str(path), "gradients_noise": data["gradients_noise"],
                                  "loss_noise": data["loss_noise"], "thresholds": expected,
-                                 "problem": None}
+                                 "problem": None, "fp64_ratio": None}
     assert ok["gradients"]["relative"]["threshold"] == expected["gradients"]
     assert records["fake/gpt2/bad-grad"]["status"] == "failed"  # a real bug still fails
     report = subprocess.run([sys.executable, "-m", "harness.report", str(session_dir)],
@@ -149,6 +150,101 @@ def test_a_calibration_above_the_ceiling_makes_the_next_sessions_cases_errors(tm
     assert stored["file"] is None and stored["thresholds"] == F32.to_dict()
     assert f"the calibration {path} was made for another environment (host 'elsewhere', " \
            f"this session '{socket.gethostname()}')" in stored["problem"]
+
+
+# ---------------------------------------------------------------------- the float64 oracle
+
+# A 1e-4 bug planted in the launched processes, never in the trainer's code: pipeline stage 1's
+# gradients of the cases named *-bug scaled by 1 + 1e-4 after every backward. Patched when the
+# parallel engine is imported (the zygote imports it once, before forking ranks; processes that
+# never import it, pytest's own, pay nothing), so the session's PYTHONPATH carries it and the
+# zygote still serves (the trainer's environment is the session's).
+PLANTED = """
+import importlib.abc, importlib.util, os, sys
+
+def _patch(engine):
+    original = engine.ParallelEngine.forward_backward
+    def forward_backward(self, inputs, targets):
+        loss = original(self, inputs, targets)
+        if os.environ.get("HARNESS_CASE", "").endswith("-bug") and self.world.pp_rank == 1:
+            for part in self.parts:
+                for parameter in part.parameters():
+                    if parameter.grad is not None:
+                        parameter.grad.mul_(1 + 1e-4)
+        return loss
+    engine.ParallelEngine.forward_backward = forward_backward
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "harness.trainer.parallel.engine":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+        def exec_module(module):
+            run(module)
+            _patch(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _Finder())
+"""
+
+
+@pytest.mark.torchrun  # the bundled trainer's ranks (through the zygote)
+def test_a_bundled_trainer_calibration_runs_a_float64_oracle_per_reference_key(tmp_path):
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(PLANTED)
+    config = {"models": ["gpt2"], "assets": {"preset": "tiny", "seed": 0},
+              "defaults": {"batch_size": 2, "sequence_length": 16, "total_batch_size": 128,
+                           "num_iteration": 2, "learning_rate": 0.001},
+              "test_groups": [{"tag": "cal", "tests": [{"id": "pp2", "args": PP2},
+                                                       {"id": "pp2-bug", "args": PP2}]}]}
+    (tmp_path / "cases.json").write_text(json.dumps(config))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(shim), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", *plugin_args(), "--harness-config",
+         str(tmp_path / "cases.json"), "--harness-output", str(tmp_path / "out"),
+         "--harness-device", "cpu", "--gpus", "2", "--harness-calibrate", "3", "-n", "2",
+         "-p", "no:cacheprovider", "-q"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    session_dir = sorted((tmp_path / "out" / "sessions").glob("*/results.jsonl"))[-1].parent
+    records = {r["name"]: r for r in map(json.loads,
+                                         (session_dir / "results.jsonl").read_text().splitlines())}
+    assert {n: r["status"] for n, r in records.items()} == {
+        "cal/gpt2/pp2": "passed", "cal/gpt2/pp2-bug": "failed"}, run.stdout[-3000:]
+
+    # Another rounding order (or none: a CPU pipeline can be bitwise the reference) is as far
+    # from the exact answer as the reference is: order 1.
+    clean = records["cal/gpt2/pp2"]["calibration"]["fp64_ratio"]
+    assert 0 <= clean["gradients"] <= 3 and 0 <= clean["loss"] <= 3, clean
+    assert isinstance(clean["gradients_parameter"], str)
+    # The 1e-4 stage bug is ~1e3 x the reference's float32 distance from float64.
+    bug = records["cal/gpt2/pp2-bug"]["calibration"]["fp64_ratio"]
+    assert bug["gradients"] > 100, bug
+    assert bug["gradients_parameter"].startswith(("h.4.", "h.5.", "h.6.", "h.7.", "ln_f", "wte")), bug
+
+    # One float64 run for the key both cases share: one device, the reference's flags, float64;
+    # its gradient dump removed at the session's end (every ratio is in its record).
+    oracles = list((session_dir / "calibration").glob("*/fp64"))
+    assert len(oracles) == 1 and (oracles[0] / "DONE").is_file()
+    ran = json.loads((oracles[0] / "run.json").read_text())
+    assert ran["flags"]["dtype"] == "float64" and ran["flags"]["pipeline_parallel"] == 1
+    assert ran["environment"]["world_size"] == 1
+    assert not (oracles[0] / "gradients").exists()
+    # The calibration itself is as before: the failing case's error is no noise.
+    assert "calibration written: " in run.stdout
+
+    report = subprocess.run([sys.executable, "-m", "harness.report", str(session_dir)],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    text = (session_dir / "report.md").read_text()
+    assert "Float64 oracle (calibration session" in text
+    lines = [x for x in text.splitlines() if x.startswith("- `cal/gpt2/pp2")]
+    assert lines[0].startswith("- `cal/gpt2/pp2-bug`: gradients ")  # the largest ratio first
+    assert f"at `{bug['gradients_parameter']}`" in lines[0]
 
 
 # ---------------------------------------------------------------------- the merge alone
