@@ -94,8 +94,8 @@ def _statuses(records: list[dict]) -> dict[str, tuple]:
 
 def test_every_case_of_infinitrains_config_is_compared_or_skipped_with_a_reason(infinitrain):
     """The whole config, from a cold cache under -n 2, then again into the same output folder
-    (a warm reference cache and binary facts, as every nightly after the first), serially:
-    the verdicts must not depend on cache state, case order or worker."""
+    (a warm reference cache and binary facts, as every nightly after the first): the verdicts
+    must not depend on cache state, case order or worker."""
     root, build, var_args = infinitrain
     # Two xdist workers, and 16 device slots so that both can hold an 8-device case at once
     # (threads mode runs a case as one process: the slots are only leases here).
@@ -134,8 +134,9 @@ def test_every_case_of_infinitrains_config_is_compared_or_skipped_with_a_reason(
           f"gradients ({len(tp)} under TP), {len(loss_only)} on loss only ({dict(reasons)}), "
           f"{len(skipped)} skipped")
 
-    # The second session: same output folder, warm cache, one worker, the same verdicts.
-    result, again = run_session(root, build, var_args, root / "all", "--gpus", "16")
+    # The second session: same output folder, warm cache (references and binary facts), the
+    # same verdicts (tests/reliability/test_idempotent.py also runs sessions serially).
+    result, again = run_session(root, build, var_args, root / "all", "-n", "2", "--gpus", "16")
     assert len(list((root / "all").glob("sessions/*/results.jsonl"))) == 2
     assert _statuses(again) == _statuses(records), (result.stdout + result.stderr)[-3000:]
     assert all(r["reference"]["built"] is False for r in again if r["status"] == "passed")
