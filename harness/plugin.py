@@ -226,10 +226,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         record_last_session(s["session_dir"])  # python -m harness.report finds it from anywhere
         results = s["session_dir"] / "results.jsonl"
         if results.is_file():  # checkpoints go as the other dumps of passing cases go
-            from harness.results import read_results
-            from harness.runner.checkpoints import settle_checkpoints
+            from harness.runner.checkpoints import settle_session_checkpoints
 
-            settle_checkpoints(read_results(results), config.getoption("--harness-keep-dumps"))
+            settle_session_checkpoints(results, config.getoption("--harness-keep-dumps"))
         if config.getoption("--harness-calibrate"):  # every worker's measurements, merged
             from harness.runner.calibrate import write_calibrations
 

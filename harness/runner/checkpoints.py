@@ -91,6 +91,23 @@ def announce_checkpoint(flags: dict[str, Any]) -> None:
         (Path(save).parent / (Path(save).name + ".planned")).touch()
 
 
+def settle_session_checkpoints(results: Path, keep: str) -> list[Path]:
+    """settle_checkpoints over a session's results file. A line that cannot be read (a
+    record cut short by a killed worker) may be a failed case's: then nothing is removed."""
+    records = []
+    for line in results.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return []
+        if not isinstance(record, dict):
+            return []
+        records.append(record)
+    return settle_checkpoints(records, keep)
+
+
 def settle_checkpoints(records: list[dict], keep: str) -> list[Path]:
     """At session end: remove the checkpoints cases saved, as `--harness-keep-dumps` says of
     the other outputs (failed: kept where the saving case, or a case resuming from it, did not

@@ -242,3 +242,16 @@ def test_checkpoints_go_as_the_dumps_of_passing_cases_go(tmp_path):
     assert session("failed") == ({"ok"}, {"resumed", "failed", "resume"})
     assert session("none") == ({"ok", "resumed", "failed", "resume"}, set())
     assert session("all") == (set(), {"ok", "resumed", "failed", "resume"})
+
+
+def test_a_damaged_results_file_removes_no_checkpoint(tmp_path):
+    from harness.runner.checkpoints import settle_session_checkpoints
+
+    saved = _saved(tmp_path / "c", "ok")
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps({"name": "ok", "status": "passed", "flags": {"save": saved}})
+                       + "\n" + '{"name": "cut", "status": "fai')  # a killed worker's last line
+    assert settle_session_checkpoints(results, "failed") == []
+    assert Path(saved).is_dir()
+    results.write_text(json.dumps({"name": "ok", "status": "passed", "flags": {"save": saved}}))
+    assert settle_session_checkpoints(results, "failed") == [Path(saved)]
