@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.assets import ensure_assets
 from tests.infinitrain_standin.build import make_build_dir
+from tests.infinitrain_standin.model_files import micro_model_vars
 
 HERE = Path(__file__).parent
 CONFIG = HERE / "data" / "infinitrain_test_config.json"
@@ -30,36 +30,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def infinitrain(tmp_path_factory):
-    """A stand-in build folder (#209's flags, CUDA) and the model files, as --harness-var
-    options.
-
-    The files pass InfiniTrain master's loader checks, which the stand-in enforces: GPT-2 with
-    12 heads (its loader leaves n_kv_head at 12) and LLaMA 3 with a 128256-token vocabulary (its
-    loader leaves original_vocab_size at 128256). Otherwise as small as the config's layouts
-    allow: 8 layers (PP 8, and PP 4 x VPP 2), widths 24 and 16; LLaMA 3 with 4 heads and 4 KV
-    heads (TP 4 divides both, as InfiniTrain requires). The stand-in computes the config's own
-    batch sizes (5,120 tokens a step, up to 50 steps) in numpy."""
+    """A stand-in build folder (#209's flags, CUDA) and model files master's loaders accept
+    (tests/infinitrain_standin/model_files.py), as --harness-var options. The stand-in
+    computes the config's own batch sizes (5,120 tokens a step, up to 50 steps) in numpy."""
     root = tmp_path_factory.mktemp("infinitrain")
     build = make_build_dir(root / "build")
-    assets = ensure_assets("infinitrain")
-    from harness.assets.generate import init_weights
-    from harness.spec.llmc.checkpoint import write_checkpoint
-    from harness.spec.models import GPT2Config, LLaMA3Config
-
-    configs = {
-        "gpt2": GPT2Config(block_size=64, vocab_size=128, n_layer=8, n_head=12, n_embd=24,
-                           padded_vocab_size=160),
-        "llama3": LLaMA3Config(block_size=64, vocab_size=128256, n_layer=8, n_head=4,
-                               n_kv_head=4, n_embd=16, ffn_dim_multiplier=1.0, multiple_of=16,
-                               norm_eps=1e-5, rope_theta=10000.0, use_scaled_rope=True),
-    }
-    variables = {}
-    for model, config in configs.items():
-        path = root / f"{model}_micro.bin"
-        write_checkpoint(path, config, init_weights(config, seed=0))
-        variables[f"{model.upper()}_LLMC_FILEPATH"] = path
-        variables[f"{model.upper()}_INPUT_BIN"] = assets.tokens(model, "train")
-    return root, build, [f"--harness-var={k}={v}" for k, v in variables.items()]
+    return root, build, micro_model_vars(root)
 
 
 def run_session(root: Path, build: Path, var_args: list[str], out: Path, *more: str,
@@ -393,7 +369,7 @@ def test_infinitrains_config_alone_selects_its_binaries_or_says_what_to_pass(inf
     output, records = _run_plain(root, config, root / "plain", *var_args, *select)
     (record,) = records
     assert (record["status"], record["trainer"]) == ("passed", "infinitrain"), output[-3000:]
-    assert f"trainer: infinitrain (infinitrain-" in output
+    assert "trainer: infinitrain (infinitrain-" in output
     assert f"build {(root / 'InfiniTrain' / 'build').resolve()}), device cpu" in output
     (header,) = (root / "plain").glob("sessions/*/session.json")
     assert json.loads(header.read_text())["trainer"]["name"] == "infinitrain"

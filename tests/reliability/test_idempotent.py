@@ -111,32 +111,6 @@ def _command(root: Path) -> tuple[list[str], callable]:
     return ["--harness-config", str(path), "--harness-device", "cpu", "--gpus", "2"], expect
 
 
-def _infinitrain_files(root: Path) -> list[str]:
-    """Model files InfiniTrain master's loaders accept (as tests/infinitrain's fixture writes
-    them): GPT-2 with 12 heads, LLaMA 3 with a 128256-token vocabulary; as --harness-var
-    options."""
-    from harness.assets import ensure_assets
-    from harness.assets.generate import init_weights
-    from harness.spec.llmc.checkpoint import write_checkpoint
-    from harness.spec.models import GPT2Config, LLaMA3Config
-
-    assets = ensure_assets("infinitrain")
-    configs = {
-        "gpt2": GPT2Config(block_size=64, vocab_size=128, n_layer=8, n_head=12, n_embd=24,
-                           padded_vocab_size=160),
-        "llama3": LLaMA3Config(block_size=64, vocab_size=128256, n_layer=8, n_head=4,
-                               n_kv_head=4, n_embd=16, ffn_dim_multiplier=1.0, multiple_of=16,
-                               norm_eps=1e-5, rope_theta=10000.0, use_scaled_rope=True),
-    }
-    variables = {}
-    for model, config in configs.items():
-        path = root / f"{model}_micro.bin"
-        write_checkpoint(path, config, init_weights(config, seed=0))
-        variables[f"{model.upper()}_LLMC_FILEPATH"] = path
-        variables[f"{model.upper()}_INPUT_BIN"] = assets.tokens(model, "train")
-    return [f"--harness-var={k}={v}" for k, v in variables.items()]
-
-
 # InfiniTrain's basic/gpt2 float32 cases 1 and 2 (one device; batch 4 and 80) and 6 (PP 8 on
 # 8 ranks). A bare "2" would match every case ("gpt2"), hence the exclusions.
 INFINITRAIN_CASES = {"basic/gpt2/1", "basic/gpt2/2", "basic/gpt2/6"}
@@ -146,10 +120,11 @@ INFINITRAIN_SELECT = ["-m", "basic", "-k", "gpt2 and not bfloat16 and not (3 or 
 def _infinitrain(flavour: str, cuda: bool):
     def setup(root: Path) -> tuple[list[str], callable]:
         from tests.infinitrain_standin.build import make_build_dir
+        from tests.infinitrain_standin.model_files import micro_model_vars
 
         build = make_build_dir(root / "build", flavour=flavour, cuda=cuda)
         args = ["--harness-config", str(INFINITRAIN_CONFIG), "--harness-trainer", "infinitrain",
-                "--infinitrain-build", str(build), "--gpus", "8", *_infinitrain_files(root),
+                "--infinitrain-build", str(build), "--gpus", "8", *micro_model_vars(root),
                 *INFINITRAIN_SELECT]
 
         def expect(first: dict[str, dict]) -> None:
