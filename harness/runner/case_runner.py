@@ -15,12 +15,10 @@ from harness.compare.dumps import folder_bytes, settle_dumps
 from harness.compare.verdict import UPDATE_RESOLUTION, update_threshold
 from harness.launch import (
     CommandBackend,
-    DeviceLeases,
     HarnessBackend,
     LaunchSpec,
     ProcessResult,
     free_port,
-    run_process,
 )
 from harness.launch.backends import read_jsonl
 from harness.launch.multinode import case_leases, launch_placed, placed, placement_problem
@@ -47,8 +45,9 @@ from .record import now, set_layout, start_record, throughput
 from .settings import Outcome, Settings
 
 
-def make_backend(config: HarnessConfig, settings: Settings):
-    """The trainer backend the config (or the command line) names."""
+def make_backend(config: HarnessConfig, facts_dir: Path | None = None):
+    """The trainer backend the config (or the command line) names; `facts_dir`: where a foreign
+    binary's facts (flag listing, CUDA or not) are kept, beside the reference cache."""
     spec = config.trainer
     if spec.backend == "command":
         return CommandBackend(spec.command, version=spec.version, env=dict(spec.env),
@@ -56,10 +55,8 @@ def make_backend(config: HarnessConfig, settings: Settings):
     if spec.backend == "infinitrain":
         from harness.launch.infinitrain import InfiniTrainBackend
 
-        # A binary's facts (flag listing, CUDA or not) are kept beside the reference cache.
         return InfiniTrainBackend(spec.build_dir, spec.launch, env=dict(spec.env),
-                                  facts_dir=settings.reference_root / "binaries",
-                                  source=spec.build_source)
+                                  facts_dir=facts_dir, source=spec.build_source)
     return HarnessBackend(env=dict(spec.env))
 
 
@@ -67,20 +64,10 @@ def trainer_identity(config: HarnessConfig, device: str) -> dict:
     """The trainer under test as the session header and summary state it: its name, version
     (for InfiniTrain the build's content hash), build folder and device; never guessed."""
     spec = config.trainer
-    version = None
     try:
-        if spec.backend == "infinitrain":
-            from harness.launch.infinitrain import InfiniTrainBackend
-
-            version = InfiniTrainBackend(spec.build_dir, spec.launch,
-                                         source=spec.build_source).version()
-        elif spec.backend == "command":
-            version = CommandBackend(spec.command, version=spec.version,
-                                     base_dir=config.path.parent).version()
-        else:
-            version = HarnessBackend().version()
+        version = make_backend(config).version()
     except (OSError, ValueError):
-        pass  # an unusable build: each case says why
+        version = None  # an unusable build: each case says why
     build = str(spec.build_dir.resolve()) if spec.build_dir is not None else None
     return {"name": spec.backend, "version": version, "build_dir": build, "device": device}
 
@@ -113,7 +100,7 @@ class CaseRunner:
         self.settings = settings
         if backend is None:
             try:
-                backend = make_backend(config, settings)
+                backend = make_backend(config, settings.reference_root / "binaries")
             except ValueError as error:  # InfiniTrainError, a bad command template
                 backend = UnavailableBackend(config.trainer.backend, str(error))
         self.backend = backend
