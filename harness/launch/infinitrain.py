@@ -31,7 +31,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from harness.spec.flags import FLAG_TABLE, flag_argv
+from harness.spec.flags import FLAG_TABLE, flag_argv, resumed_first_step
 
 from .backends import LaunchSpec, RunOutputs, base_environment, parse_step_lines, run_command
 from .binary_facts import BinaryFacts, BinaryFactsError, learn_binary
@@ -170,8 +170,7 @@ class InfiniTrainBackend:
 
     def first_step(self, args: dict) -> int:
         """The first step a run prints: 1, or the resumed checkpoint's step + 1."""
-        match = re.search(r"checkpoint_step_(\d+)", str(args.get("load") or ""))
-        return int(match.group(1)) + 1 if match else 1
+        return resumed_first_step(args.get("load"))
 
     def expected_steps(self, args: dict) -> list[int]:
         last = int(args.get("num_iteration", DEFAULT_NUM_ITERATION))

@@ -11,17 +11,12 @@ else from 1. The reference's losses are compared from the run's first step on, s
 
 from __future__ import annotations
 
-import re
-
-_CHECKPOINT_STEP = re.compile(r"checkpoint_step_(\d+)")
-
+from harness.spec.flags import resumed_first_step
 
 def first_step(record: dict) -> int:
     """The first step the run printed: the resumed checkpoint's step + 1, else 1."""
     flags = record.get("flags")
-    load = flags.get("load") if isinstance(flags, dict) else None
-    match = _CHECKPOINT_STEP.search(str(load or ""))
-    return int(match.group(1)) + 1 if match else 1
+    return resumed_first_step(flags.get("load") if isinstance(flags, dict) else None)
 
 
 def _given(record: dict, key: str, n: int) -> list[int] | None:

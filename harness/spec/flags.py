@@ -24,6 +24,7 @@ No torch here: the pytest plugin, the config loader and the trainer all import t
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +184,15 @@ FLAG_TABLE: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
 HARNESS_FLAGS: tuple[Flag, ...] = tuple(f for f in FLAGS if HARNESS in f.trainers)
 # Flags that hold a path the harness re-roots under the session (checkpoints).
 CHECKPOINT_PATH_FLAGS = ("save", "load")
+# InfiniTrain names a checkpoint folder `checkpoint_step_<N>`; a run resumed from it prints
+# steps N + 1 on.
+_CHECKPOINT_STEP = re.compile(r"checkpoint_step_(\d+)")
+
+
+def resumed_first_step(load) -> int:
+    """The first step a run given `--load=<load>` prints: the checkpoint's step + 1, else 1."""
+    match = _CHECKPOINT_STEP.search(str(load or ""))
+    return int(match.group(1)) + 1 if match else 1
 
 
 def role_of(name: str) -> str:
