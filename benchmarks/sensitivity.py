@@ -13,7 +13,7 @@ SESSION_DIR is a session whose passing cases kept their gradient dumps (run with
   batch x sequence), its gradients and step-1 loss scaled by (n - 1) / n: what a loop that skips
   one microbatch but still divides by n computes (first step only);
 - wrong norm eps: the reference trainer run with GPT-2's LayerNorm eps 1e-6 instead of 1e-5
-  (in-process patch of harness.trainer.models.gpt2.LAYER_NORM_EPS).
+  (in-process patch of harness.trainer.models.gpt2.model.LAYER_NORM_EPS).
 
 Each probe is judged element-wise with the case's own tolerances (the record's `tolerances`:
 the config's, else the defaults of harness/cases/expand.py) and scale-free with the dtype's
@@ -210,7 +210,7 @@ def trainer_run(flags: list[str], out: Path, eps: float | None = None) -> list[f
     args = [a for a in flags if not a.startswith(("--output_dir=", "--dump_gradients=",
                                                   "--dump_parameter_updates="))]
     args += [f"--output_dir={out}", f"--dump_gradients={out / 'gradients'}"]
-    patch = (f"import harness.trainer.models.gpt2 as m; m.LAYER_NORM_EPS = {eps!r}; "
+    patch = (f"import harness.trainer.models.gpt2.model as m; m.LAYER_NORM_EPS = {eps!r}; "
              if eps is not None else "")
     code = (f"import sys; {patch}from harness.trainer.main import main; "
             f"sys.exit(main({args!r}))")

@@ -1,24 +1,22 @@
-"""The model registry: one ``ModelSpec`` per model family, and nothing that imports torch.
+"""The model families' torch-free contract: one ``ModelSpec`` per family, and nothing that imports torch.
 
-A spec is everything the rest of the code needs to know about a family, as data:
+A spec is what the harness side (cases, assets, the llm.c readers, the comparison) and the
+trainer both need to know about a family, as data:
 
 - its config dataclass (the llm.c header's hyper-parameters; defined here, torch-free);
-- its torch module, as an import path resolved only when a model is built;
 - its llm.c file formats: checkpoint magic, header fields and tensor order, token-file
   magic / version / dtype;
-- its tensor-parallel plan, keyed by module-name pattern (``h.*.attn.c_attn``, ``*`` = one name
-  part, the layer index), and the sequence-parallel entries that make SP a variant of that plan;
 - its tied parameters (GPT-2: ``wte.weight`` is also the head, ``lm_head.weight`` on a part
   without the embedding), and the name -> global layer rule the comparison's locator uses;
 - the sizes of its synthetic assets per preset.
 
-Adding a family: a model file under harness/trainer/models/ and one ``register_model(ModelSpec(...))``
-here (docs/design.md, "Adding a model family").
+The torch side of a family (its module, names = checkpoint keys, and its parallelize plan,
+written as code) is ``harness/trainer/models/<family>/``, registered there as a ``TrainSpec``
+that holds this spec (docs/design.md, "Adding a model family").
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
@@ -117,67 +115,6 @@ class LLaMA3Config:
         return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
 
 
-# ------------------------------------------------------------------------------- parallel styles
-
-
-@dataclass(frozen=True)
-class ParallelStyle:
-    """How one module is treated by tensor / sequence parallelism (harness.trainer.parallel
-    turns these into DTensor styles and hooks).
-
-    kind:
-      ``colwise``      Linear sharded by output rows (ColwiseParallel);
-      ``colwise_qkv``  the same, for a fused [q; k; v] Linear whose rows are first re-ordered so
-                       shard r holds [q_r; k_r; v_r] (whole heads, GQA-aware);
-      ``rowwise``      Linear sharded by input columns (RowwiseParallel); with ``dim`` set, its
-                       output is reduce-scattered along that (sequence) dimension instead of
-                       all-reduced (sequence parallel);
-      ``gather_input`` the module's first input arrives split along the sequence and is
-                       all-gathered (``inputs``: how many positional inputs it takes);
-      ``scatter_output`` the module's output is split along ``dim`` (the sequence);
-      ``gather_output``  the module's output is all-gathered along ``dim``;
-      ``sequence_norm``  the module runs on this rank's tokens only: its parameters' gradients
-                       are summed over the TP group after the backward.
-    """
-
-    kind: str
-    dim: int | None = None
-    inputs: int = 1
-
-
-COLWISE = ParallelStyle("colwise")
-COLWISE_QKV = ParallelStyle("colwise_qkv")
-ROWWISE = ParallelStyle("rowwise")
-ROWWISE_TO_SEQUENCE = ParallelStyle("rowwise", dim=1)
-GATHER_INPUT = ParallelStyle("gather_input")
-SCATTER_SEQUENCE = ParallelStyle("scatter_output", dim=1)
-GATHER_SEQUENCE = ParallelStyle("gather_output", dim=1)
-SEQUENCE_NORM = ParallelStyle("sequence_norm")
-
-Plan = Mapping[str, "ParallelStyle | tuple[ParallelStyle, ...]"]
-
-
-def _pattern(key: str) -> re.Pattern:
-    return re.compile("^" + r"\.".join("[^.]+" if p == "*" else re.escape(p)
-                                       for p in key.split(".")) + "$")
-
-
-def name_matches(pattern: str, module_name: str) -> bool:
-    """Whether a plan key matches a module name (``*`` = exactly one name part)."""
-    return bool(_pattern(pattern).match(module_name))
-
-
-def plan_lookup(plan: Plan, module_name: str) -> tuple[ParallelStyle, ...]:
-    """The styles ``plan`` gives the module named ``module_name`` (``()`` when none).
-    Keys are dotted names where ``*`` stands for exactly one name part: ``h.*.attn.c_attn``
-    matches ``h.3.attn.c_attn``, not ``h.3.attn`` or ``h.3.attn.c_attn.x``."""
-    out: list[ParallelStyle] = []
-    for key, value in plan.items():
-        if name_matches(key, module_name):
-            out.extend(value if isinstance(value, tuple) else (value,))
-    return tuple(out)
-
-
 # ------------------------------------------------------------------------------- llm.c layouts
 
 Layout = list  # [(name, per-layer shape, stacked over layers?), ...] in file order
@@ -233,7 +170,6 @@ class ModelSpec:
     name: str  # the --model value and the file-name prefix: "gpt2"
     title: str  # for people: "GPT-2"
     config: type  # the config dataclass (the llm.c header's fields)
-    builder: str  # "module:Class" of the torch module, imported on first build
     # llm.c files
     checkpoint_magic: int
     header_fields: HeaderFields  # the checkpoint header's config fields (HEADER_KINDS)
@@ -242,10 +178,6 @@ class ModelSpec:
     token_version: int
     token_dtype: str  # little-endian numpy dtype of one token
     token_max_id: int
-    # parallelism, by module-name pattern
-    tp_plan: Plan
-    sp_plan: Plan = field(default_factory=dict)  # added to / overriding tp_plan under SP
-    sp_hooks: Mapping[str, str] = field(default_factory=dict)  # pattern -> "module:function"
     tied_parameters: tuple[tuple[str, str], ...] = ()  # (kept name, alias on another stage)
     # the name -> place rule (compare.locate); layers are ``h.{i}.``
     layer_pattern: str = r"^h\.(\d+)\."
@@ -255,17 +187,6 @@ class ModelSpec:
     # synthetic assets (harness.assets): the seed stream of its weights, its size per preset
     asset_stream: int = 0
     asset_configs: Mapping[str, object] = field(default_factory=dict)
-
-    def build(self, config, **kwargs):
-        """The torch module (or part) for ``config``; imports the builder (and torch) now."""
-        return load_object(self.builder)(config, **kwargs)
-
-    def parallel_plan(self, sequence_parallel: bool = False) -> dict:
-        """The TP plan, or with ``sequence_parallel`` the same plan with the SP entries."""
-        return {**self.tp_plan, **self.sp_plan} if sequence_parallel else dict(self.tp_plan)
-
-    def styles(self, module_name: str, sequence_parallel: bool = False) -> tuple[ParallelStyle, ...]:
-        return plan_lookup(self.parallel_plan(sequence_parallel), module_name)
 
     def tied_aliases(self) -> tuple[str, ...]:
         """Names that stand for another parameter (reported under that one's name)."""
@@ -282,12 +203,6 @@ class ModelSpec:
             if name.startswith(prefixes):
                 return part
         return "other"
-
-
-def load_object(path: str):
-    """``"package.module:attribute"`` -> the attribute (imports the module)."""
-    module, _, attribute = path.partition(":")
-    return getattr(importlib.import_module(module), attribute)
 
 
 # ------------------------------------------------------------------------------- the registry
@@ -351,23 +266,6 @@ def layer_of(name: str, model: str | None = None) -> int | str:
 
 # ------------------------------------------------------------------------------- the families
 
-_BLOCK_TP = {
-    "h.*.attn.c_attn": COLWISE_QKV,
-    "h.*.attn.c_proj": ROWWISE,
-    "h.*.mlp.c_fc": COLWISE,
-    "h.*.mlp.c_proj": ROWWISE,
-}
-# Sequence parallel: activations between the TP regions are split along the sequence.
-_BLOCK_SP = {
-    "h.*.ln_1": SEQUENCE_NORM,
-    "h.*.attn": GATHER_INPUT,
-    "h.*.attn.c_proj": ROWWISE_TO_SEQUENCE,
-    "h.*.ln_2": SEQUENCE_NORM,
-    "h.*.mlp": GATHER_INPUT,
-    "h.*.mlp.c_proj": ROWWISE_TO_SEQUENCE,
-    "wte": SCATTER_SEQUENCE,
-    "ln_f": (SEQUENCE_NORM, GATHER_SEQUENCE),
-}
 _LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}  # llm.c: the same for every family
 
 
@@ -383,14 +281,11 @@ GPT2_SPEC = register_model(ModelSpec(
     name="gpt2",
     title="GPT-2",
     config=GPT2Config,
-    builder="harness.trainer.models.gpt2:GPT2",
     checkpoint_magic=20240326,
     header_fields=tuple((name, "positive") for name in (
         "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "padded_vocab_size")),
     tensor_layout=_gpt2_tensor_layout,
     token_magic=20240520, token_version=1, token_dtype="<u2", token_max_id=2**16 - 1,
-    tp_plan=_BLOCK_TP,
-    sp_plan={**_BLOCK_SP, "wpe": ParallelStyle("scatter_output", dim=0)},  # wpe gives (T, C)
     tied_parameters=(("wte.weight", "lm_head.weight"),),
     embedding=("wte.", "wpe."),
     asset_stream=1,
@@ -416,7 +311,6 @@ LLAMA3_SPEC = register_model(ModelSpec(
     name="llama3",
     title="LLaMA 3",
     config=LLaMA3Config,
-    builder="harness.trainer.models.llama3:LLaMA3",
     checkpoint_magic=20240803,
     # InfiniTrain's reader layout (llm.c's train_llama3.py truncates the float fields)
     header_fields=(
@@ -429,10 +323,6 @@ LLAMA3_SPEC = register_model(ModelSpec(
     tensor_layout=_llama3_tensor_layout,
     # InfiniTrain loads them as int32: the same bytes while ids stay below 2**31
     token_magic=20240801, token_version=7, token_dtype="<u4", token_max_id=2**31 - 1,
-    tp_plan={**_BLOCK_TP, "h.*.mlp.c_fc2": COLWISE},  # c_fc2: the SwiGLU gate
-    # the attention also takes the RoPE table: swapped for the full sequence's under SP
-    sp_plan={**_BLOCK_SP, "h.*.attn": ParallelStyle("gather_input", inputs=2)},
-    sp_hooks={"h.*.attn": "harness.trainer.models.llama3:full_sequence_rope"},
     asset_stream=2,
     asset_configs={
         "tiny": _llama3_sizes(8, 32, 4, 2, 64, 256, multiple_of=32),  # ffn 96

@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "beside each single-device reference"
             )
         if parallel:
-            from harness.trainer.parallel import plan_parallel
+            from harness.trainer.parallel.validate import plan_parallel
 
             plan = plan_parallel(flags, config, layout, world_size)
             microbatches = plan.microbatches * plan.dp
@@ -164,7 +164,8 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
     parallel = plan is not None
     schedule = plan.schedule if parallel else None
     if parallel:
-        from harness.trainer.parallel import build_parallel_engine, init_distributed
+        from harness.trainer.parallel.build import build_parallel_engine
+        from harness.trainer.parallel.world import init_distributed
 
         world = init_distributed(flags)
         engine = build_parallel_engine(flags, plan, checkpoint, layout, world)

@@ -3,7 +3,10 @@
 (a) importing harness.spec and each of its modules, in a fresh interpreter, loads no torch;
 (b) no module under harness/ outside harness/trainer/ imports harness.trainer, at module level,
     inside a function or under TYPE_CHECKING; naming it in a string (the launch command
-    `python -m harness.trainer`, the zygote's preload list) is not an import;
+    `python -m harness.trainer`, the zygote's preload list) is not an import. One exception:
+    harness/coverage.py, the generator of docs/coverage.md, plans each config case with the
+    trainer's own pure planner; and the other way round, the trainer imports no harness-side
+    package (cases, runner, launch, ...): only harness.spec, harness.layout and harness.assets;
 (c) harness.spec imports nothing from the rest of harness but harness.layout;
 (d) harness/runner and harness/launch name the trainer otherwise only as the module string they
     launch (`python -m harness.trainer`); the zygote also lists the submodules it preloads;
@@ -16,8 +19,8 @@ process, which is the trainer's process, not the harness's: a string mention, so
 exception here. A literal `importlib.import_module("harness.trainer...")` or `__import__` would
 count as an import and fail (b).
 
-The registry's builders ("harness.trainer.models.gpt2:GPT2") are strings too: harness.spec
-resolves them only when the trainer calls ``ModelSpec.build``.
+harness.spec.models names no torch module at all: a family's module and parallel plan are its
+TrainSpec in harness/trainer/models/<family>/, which holds the spec, not the other way round.
 """
 
 from __future__ import annotations
@@ -96,11 +99,16 @@ def test_the_scan_sees_every_kind_of_import():
 
 # ------------------------------------------------------------------ (b) harness side -> trainer
 
+# The docs generator that plans each config case as the trainer does (its pure plan_parallel).
+MAY_IMPORT_THE_TRAINER = ("coverage.py",)
+TRAINER_MAY_IMPORT = ("harness.trainer", "harness.spec", "harness.layout", "harness.assets")
+
+
 def test_no_module_outside_the_trainer_imports_the_trainer():
     offenders = []
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT)
-        if rel.parts[0] == "trainer":
+        if rel.parts[0] == "trainer" or rel.as_posix() in MAY_IMPORT_THE_TRAINER:
             continue
         for module, line in imported_modules(path):
             if _under(module, TRAINER):
@@ -108,16 +116,27 @@ def test_no_module_outside_the_trainer_imports_the_trainer():
     assert not offenders, "\n".join(offenders)
 
 
+def _imports_beyond(folder: Path, allowed: tuple[str, ...]) -> list[str]:
+    """Every import of a harness module, by a module under ``folder``, outside ``allowed``."""
+    offenders = []
+    for path in sorted(folder.rglob("*.py")):
+        for module, line in imported_modules(path):
+            if _under(module, "harness") and module != "harness" \
+                    and not any(_under(module, a) for a in allowed):
+                offenders.append(f"harness/{path.relative_to(ROOT).as_posix()}:{line} "
+                                 f"imports {module}")
+    return offenders
+
+
+def test_the_trainer_imports_no_harness_side_package():
+    offenders = _imports_beyond(ROOT / "trainer", TRAINER_MAY_IMPORT)
+    assert not offenders, "\n".join(offenders)
+
+
 # ------------------------------------------------------------------ (c) spec is a leaf
 
 def test_spec_imports_only_itself_and_the_layout_from_harness():
-    offenders = []
-    for path in sorted(SPEC.rglob("*.py")):
-        for module, line in imported_modules(path):
-            if _under(module, "harness") and module != "harness" \
-                    and not any(_under(module, allowed) for allowed in SPEC_MAY_IMPORT):
-                offenders.append(f"harness/{path.relative_to(ROOT).as_posix()}:{line} "
-                                 f"imports {module}")
+    offenders = _imports_beyond(SPEC, SPEC_MAY_IMPORT)
     assert not offenders, "\n".join(offenders)
 
 

@@ -30,7 +30,9 @@ from harness.trainer.engine import SingleDeviceEngine
 from harness.trainer.flags import TrainerFlags
 from harness.trainer.models import build_model
 from harness.trainer.models.configs import GPT2Config, LLaMA3Config
-from harness.trainer.parallel import build_parallel_engine, init_distributed, plan_parallel
+from harness.trainer.parallel.build import build_parallel_engine
+from harness.trainer.parallel.validate import plan_parallel
+from harness.trainer.parallel.world import init_distributed
 
 STEPS = 2
 LR = 0.5  # large, so a wrong step-1 update shows in step 2's loss

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from harness.spec.llmc import read_checkpoint, write_checkpoint
 from harness.trainer.models import LLaMA3, LLaMA3Config, build_model, load_weights
-from harness.trainer.models.llama3 import rope_frequencies
+from harness.trainer.models.llama3.model import rope_frequencies
 
 transformers = pytest.importorskip("transformers")
 

@@ -11,16 +11,9 @@ import pytest
 from harness.layout import PipelineLayout
 from harness.trainer.flags import FlagError, TrainerFlags
 from harness.trainer.models.configs import GPT2Config, LLaMA3Config
-from harness.trainer.parallel import (
-    ParallelSetupError,
-    chunk_order_kind,
-    mesh_coordinates,
-    mesh_rank,
-    plan_parallel,
-    select_schedule,
-    validate_parallel,
-)
-from harness.trainer.parallel.schedules import ScheduleError, gpipe_actions
+from harness.trainer.parallel.schedules import ScheduleError, chunk_order_kind, gpipe_actions, select_schedule
+from harness.trainer.parallel.validate import ParallelSetupError, plan_parallel
+from harness.trainer.parallel.world import mesh_coordinates, mesh_rank
 
 GPT2 = GPT2Config(block_size=64, vocab_size=256, n_layer=8, n_head=4, n_embd=32, padded_vocab_size=320)
 LLAMA = LLaMA3Config(block_size=64, vocab_size=256, n_layer=8, n_head=4, n_kv_head=2, n_embd=32,
@@ -42,28 +35,28 @@ def test_rank_order_is_tp_fastest_then_dp_then_pp():
 
 def test_world_not_divisible_by_tp_times_pp():
     with pytest.raises(FlagError, match=r"world size 6 is not divisible by --tensor_parallel \* --pipeline_parallel = 2 \* 2 = 4"):
-        validate_parallel(flags(tensor_parallel=2, pipeline_parallel=2), GPT2, PipelineLayout.uniform(8, 2), 6)
+        plan_parallel(flags(tensor_parallel=2, pipeline_parallel=2), GPT2, PipelineLayout.uniform(8, 2), 6)
 
 
 def test_data_parallel_size_and_batch_arithmetic():
-    assert validate_parallel(flags(), GPT2, PipelineLayout.uniform(8, 1), 4) == 4
+    assert plan_parallel(flags(), GPT2, PipelineLayout.uniform(8, 1), 4).dp == 4
     with pytest.raises(FlagError, match="not a multiple of"):
-        validate_parallel(flags(total_batch_size=2 * 16 * 6), GPT2, PipelineLayout.uniform(8, 1), 4)
+        plan_parallel(flags(total_batch_size=2 * 16 * 6), GPT2, PipelineLayout.uniform(8, 1), 4)
 
 
 def test_heads_and_kv_heads_must_divide_tp():
     with pytest.raises(ParallelSetupError, match="n_head=4 is not divisible by --tensor_parallel=8"):
-        validate_parallel(flags(tensor_parallel=8), GPT2, PipelineLayout.uniform(8, 1), 8)
+        plan_parallel(flags(tensor_parallel=8), GPT2, PipelineLayout.uniform(8, 1), 8)
     with pytest.raises(ParallelSetupError, match="n_kv_head=2 is not divisible by --tensor_parallel=4"):
-        validate_parallel(flags(tensor_parallel=4), LLAMA, PipelineLayout.uniform(8, 1), 4)
-    assert validate_parallel(flags(tensor_parallel=2), LLAMA, PipelineLayout.uniform(8, 1), 2) == 1
+        plan_parallel(flags(tensor_parallel=4), LLAMA, PipelineLayout.uniform(8, 1), 4)
+    assert plan_parallel(flags(tensor_parallel=2), LLAMA, PipelineLayout.uniform(8, 1), 2).dp == 1
 
 
 def test_layout_must_match_pipeline_and_model():
     with pytest.raises(ParallelSetupError, match="the layout has 4 stages but --pipeline_parallel is 2"):
-        validate_parallel(flags(pipeline_parallel=2), GPT2, PipelineLayout.uniform(8, 4), 2)
+        plan_parallel(flags(pipeline_parallel=2), GPT2, PipelineLayout.uniform(8, 4), 2)
     with pytest.raises(ParallelSetupError, match="places 6 layers but the model has 8"):
-        validate_parallel(flags(pipeline_parallel=2), GPT2, PipelineLayout.uniform(6, 2), 2)
+        plan_parallel(flags(pipeline_parallel=2), GPT2, PipelineLayout.uniform(6, 2), 2)
 
 
 @pytest.mark.parametrize(
@@ -94,13 +87,13 @@ def test_default_schedule_fits_each_kind():
 def test_schedule_that_does_not_fit_is_refused_naming_what_fits():
     layout = PipelineLayout.from_chunk_layout(8, 2, "0:2,1:2,1:2,0:2")
     with pytest.raises(ParallelSetupError) as error:
-        validate_parallel(flags(pipeline_parallel=2, pipeline_schedule="Interleaved1F1B"), GPT2, layout, 2)
+        plan_parallel(flags(pipeline_parallel=2, pipeline_schedule="Interleaved1F1B"), GPT2, layout, 2)
     message = str(error.value)
     assert "--pipeline_schedule=Interleaved1F1B cannot run this layout" in message
     assert "it fits: ZBVZeroBubble, DualPipeV, GPipe" in message
     assert "round-robin chunks" in message  # and names the other layouts' schedules
     with pytest.raises(ParallelSetupError, match="it fits: 1F1B, GPipe"):
-        validate_parallel(flags(pipeline_parallel=2, pipeline_schedule="ZBVZeroBubble"), GPT2,
+        plan_parallel(flags(pipeline_parallel=2, pipeline_schedule="ZBVZeroBubble"), GPT2,
                           PipelineLayout.uniform(8, 2), 2)
 
 
@@ -120,7 +113,7 @@ def test_microbatch_rules_of_torch_schedules():
 
 def test_sequence_parallel_needs_divisible_sequence():
     with pytest.raises(ParallelSetupError, match="--sequence_length=15"):
-        validate_parallel(flags(tensor_parallel=2, sequence_parallel=True, sequence_length=15,
+        plan_parallel(flags(tensor_parallel=2, sequence_parallel=True, sequence_length=15,
                                 total_batch_size=2 * 15), GPT2, PipelineLayout.uniform(8, 1), 2)
 
 

@@ -34,11 +34,11 @@ def test_permutation_layout_and_inverse():
 def _attention(model: str):
     torch.manual_seed(0)
     if model == "gpt2":
-        from harness.trainer.models.gpt2 import CausalSelfAttention
+        from harness.trainer.models.gpt2.model import CausalSelfAttention
 
         config = GPT2
     else:
-        from harness.trainer.models.llama3 import CausalSelfAttention
+        from harness.trainer.models.llama3.model import CausalSelfAttention
 
         config = LLAMA
     attn = CausalSelfAttention(config)
@@ -51,7 +51,7 @@ def _attention(model: str):
 def _run(model, attn, x, config):
     if model == "gpt2":
         return attn(x)
-    from harness.trainer.models.llama3 import precompute_rope
+    from harness.trainer.models.llama3.model import precompute_rope
 
     rope = precompute_rope(config.head_dim, x.shape[1], config.rope_theta, config.use_scaled_rope)
     return attn(x, rope)

@@ -1,5 +1,9 @@
 """The models: GPT-2 and LLaMA 3 as plain PyTorch modules, and their llm.c-named weights.
 
+One folder per family, torchtitan style (gpt2/, llama3/): ``model.py`` (the module, no
+torch.distributed) and ``parallelize.py`` (its TP / SP plan, as code) beside it, put together as
+one ``TrainSpec`` (train_spec.py) and listed in registry.py.
+
 ``build_model(config, ...)`` makes a whole model or a part (a pipeline stage / chunk) from a
 config; ``load_weights(part, tensors)`` fills a part from named tensors (llm.c names with
 global layer indices, docs/design.md), strictly.
@@ -27,9 +31,9 @@ def __getattr__(name: str):
     if name in ("build_model", "load_weights", "source_name"):
         from harness.trainer.models import build as module
     elif name == "GPT2":
-        from harness.trainer.models import gpt2 as module
+        from harness.trainer.models.gpt2 import model as module
     elif name == "LLaMA3":
-        from harness.trainer.models import llama3 as module
+        from harness.trainer.models.llama3 import model as module
     elif name == "ModelPart":
         from harness.trainer.models import common as module
     else:

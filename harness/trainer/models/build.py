@@ -8,8 +8,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.spec.models import MODEL_SPECS, UnknownModelError, spec_for_config
+from harness.spec.models import MODEL_SPECS, UnknownModelError
 from harness.trainer.models.common import ModelPart
+from harness.trainer.models.registry import train_spec_for_config
 
 
 def build_model(
@@ -19,17 +20,17 @@ def build_model(
     final_norm: bool = True,
     lm_head: bool = True,
 ) -> ModelPart:
-    """The model (or part) of the registered family whose config ``config`` is (its
-    ``ModelSpec.builder``); ``layers`` are global layer indices."""
+    """The model (or part) of the family whose config ``config`` is (its
+    ``TrainSpec.model``); ``layers`` are global layer indices."""
     try:
-        spec = spec_for_config(config)
+        spec = train_spec_for_config(config)
     except UnknownModelError:
         expected = " or ".join(s.config.__name__ for s in MODEL_SPECS.values())
         raise TypeError(
             f"build_model: unsupported config type {type(config).__name__}; "
             f"expected {expected}"
         ) from None
-    return spec.build(
+    return spec.model(
         config, layers=layers, embedding=embedding, final_norm=final_norm, lm_head=lm_head
     )
 

@@ -1,7 +1,9 @@
-"""What GPT-2 and LLaMA 3 parts share: which pieces a part holds, and a name-seeded init."""
+"""What GPT-2 and LLaMA 3 parts share: which pieces a part holds, a name-seeded init, and the
+llm.c block names their parallel plans single out."""
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Iterable
 
@@ -77,3 +79,18 @@ def named_generator(seed: int, name: str) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed((int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
     return g
+
+
+# Both families name their blocks as llm.c does (h.{i}.attn.c_attn, h.{i}.ln_1, ..., ln_f).
+_FUSED_QKV = re.compile(r"h\.[^.]+\.attn\.c_attn\.[^.]+")
+_SEQUENCE_NORM = re.compile(r"(h\.[^.]+\.ln_[12]|ln_f)\.[^.]+")
+
+
+def is_fused_qkv(name: str) -> bool:
+    """A parameter of a block's fused [q; k; v] projection, c_attn (its weight, its bias)."""
+    return bool(_FUSED_QKV.fullmatch(name))
+
+
+def is_sequence_norm(name: str) -> bool:
+    """A parameter of a norm that runs on the sequence slice under SP: ln_1, ln_2, ln_f."""
+    return bool(_SEQUENCE_NORM.fullmatch(name))

@@ -1,6 +1,6 @@
 """Model hyper-parameters, as the llm.c checkpoint headers store them.
 
-The dataclasses live with the model registry in the torch-free ``harness.spec.models``; this
+The dataclasses live with the families' torch-free contract in ``harness.spec.models``; this
 module keeps the old import path.
 """
 

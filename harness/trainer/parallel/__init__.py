@@ -2,40 +2,15 @@
 
 The loop (harness.trainer.main) calls, in this order::
 
-    plan = plan_parallel(flags, config, layout, world_size)  # refuses before anything is built
-    world = init_distributed(flags)                           # process group, device, mesh
-    engine = build_parallel_engine(flags, plan, checkpoint, layout, world)
+    plan = plan_parallel(flags, config, layout, world_size)  # validate.py: refuses before anything is built
+    world = init_distributed(flags)                           # world.py: process group, device, mesh
+    engine = build_parallel_engine(flags, plan, checkpoint, layout, world)  # build.py
 
 Mesh dims and rank order: world.py. Schedules and which layouts they fit: schedules.py. The TP /
-SP plan (from the model's ModelSpec) and the fused c_attn: tensor_parallel.py. DP:
-data_parallel.py. The post-backward reductions: reductions.py. The step: engine.py. Building a
-rank's engine: build.py.
+SP pieces the families' plans (harness/trainer/models/<family>/parallelize.py) are written with,
+and the fused c_attn: tensor_parallel.py. DP: data_parallel.py. The post-backward reductions:
+reductions.py. The step: engine.py. Building a rank's engine: build.py.
+
+This package's __init__ imports nothing: the families' plans import tensor_parallel.py, and
+build.py imports the families, so an eager import here would be an import cycle.
 """
-
-from __future__ import annotations
-
-from harness.trainer.parallel.build import build_parallel_engine
-from harness.trainer.parallel.schedules import ScheduleError, chunk_order_kind, select_schedule
-from harness.trainer.parallel.validate import ParallelPlan, ParallelSetupError, plan_parallel
-from harness.trainer.parallel.world import World, init_distributed, mesh_coordinates, mesh_rank
-
-__all__ = [
-    "ParallelPlan",
-    "ParallelSetupError",
-    "ScheduleError",
-    "World",
-    "build_parallel_engine",
-    "chunk_order_kind",
-    "init_distributed",
-    "mesh_coordinates",
-    "mesh_rank",
-    "plan_parallel",
-    "select_schedule",
-    "validate_parallel",
-]
-
-
-def validate_parallel(flags, config, layout, world_size: int) -> int:
-    """Refuse a parallel setup that cannot run (ParallelSetupError, a FlagError); else the
-    data-parallel size. Pure: every rank reaches the same verdict."""
-    return plan_parallel(flags, config, layout, world_size).dp

@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 
 from harness.trainer.engine import compute_dtype
+from harness.trainer.models.registry import train_spec_for_config
 from harness.trainer.parallel.engine import ParallelEngine, tied_embedding
 from harness.trainer.parallel.pipeline import ChunkSpec, build_chunk, build_stages, chunk_specs
 from harness.trainer.parallel.schedules import build_schedule
-from harness.trainer.parallel.tensor_parallel import apply_tensor_parallel
 from harness.trainer.parallel.validate import ParallelPlan
 from harness.trainer.parallel.world import MESH_DIMS, World
 
@@ -32,10 +32,11 @@ def build_parallel_engine(flags, plan: ParallelPlan, checkpoint, layout, world: 
             for spec in specs
             if spec.stage == world.pp_rank
         ]
+    parallelize = train_spec_for_config(config).parallelize  # the family's TP / SP plan
     for _spec, module in local:
         module.to(world.device)
         if plan.tp > 1:
-            apply_tensor_parallel(module, config, world.mesh["tp"], plan.sequence_parallel)
+            parallelize(module, world.mesh["tp"], plan.sequence_parallel)
 
     tied_group = _tied_group(world, specs) if tied_embedding(config, plan) else None
     engine = ParallelEngine(world, plan, config, local, n_chunks, None, dtype, tied_group)

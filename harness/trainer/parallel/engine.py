@@ -27,6 +27,7 @@ from torch import nn
 from harness.trainer.data import data_parallel_shard
 from harness.trainer.engine import accumulate_microbatches, autocast, cross_entropy
 from harness.spec.models import spec_for_config
+from harness.trainer.models.registry import train_spec_for_config
 from harness.trainer.parallel.pipeline import ChunkSpec
 from harness.trainer.parallel.reductions import post_backward_reductions
 from harness.trainer.parallel.tensor_parallel import full_gradient
@@ -59,6 +60,7 @@ class ParallelEngine:
         self.holds_last = any(spec.index == n_chunks - 1 for spec, _ in chunks)
         self.reports_loss = self.holds_last and world.dp_rank == 0 and world.tp_rank == 0
         self.spec = spec_for_config(config)
+        self.train_spec = train_spec_for_config(config)
         self.tied = tied_embedding(config, plan)
         self.tied_group = tied_group
         self.loss_fn = cross_entropy
@@ -118,7 +120,7 @@ class ParallelEngine:
                     continue
                 if name in aliases:
                     continue
-                g = full_gradient(name, p.grad, self.config, w.tp)
+                g = full_gradient(p.grad, self.config, w.tp, self.train_spec.fused_qkv(name))
                 if writes:
                     out.append((name, g))
         return iter(out)
@@ -129,7 +131,7 @@ class ParallelEngine:
         w = self.world
         out = []
         for name, tensor in named:
-            full = full_gradient(name, tensor, self.config, w.tp)
+            full = full_gradient(tensor, self.config, w.tp, self.train_spec.fused_qkv(name))
             if w.dp_rank == 0 and w.tp_rank == 0:
                 out.append((name, full))
         return out

@@ -4,8 +4,8 @@ Each entry of REDUCTIONS is (name, factory): the factory looks at the engine (it
 model spec and chunks) and returns the reduction to run after every backward, or None when that
 parallelism is not in use. ParallelEngine runs the list in order:
 
-1. ``sequence_parallel``: the modules the plan marks ``sequence_norm`` ran on this rank's tokens
-   only; their gradients are summed over the TP group (as Megatron does);
+1. ``sequence_parallel``: the norms (the family's ``TrainSpec.sequence_norm``) ran on this rank's
+   tokens only; their gradients are summed over the TP group (as Megatron does);
 2. ``tied_parameters``: a tied pair split over pipeline stages (GPT-2's first-stage wte.weight
    and last-stage lm_head.weight) has its gradients summed over the two ranks holding them, or
    locally when one rank holds both (V-shaped layouts), so both take the same optimizer step;
@@ -33,9 +33,8 @@ class Reduction:
 def _sequence_parallel(engine):
     if not engine.plan.sequence_parallel:
         return None
-    from harness.trainer.parallel.tensor_parallel import sequence_parallel_parameters
-
-    names = [set(sequence_parallel_parameters(module, engine.config)) for module in engine.parts]
+    names = [{name for name, _ in module.named_parameters() if engine.train_spec.sequence_norm(name)}
+             for module in engine.parts]
     w = engine.world
 
     def run() -> None:

@@ -1,9 +1,9 @@
-"""Tensor parallelism with DTensor plans, applied from outside the model by module name.
+"""The tensor- and sequence-parallel pieces the families' parallelize plans are written with.
 
-The plan is data in the model's ModelSpec (harness.spec.models: `tp_plan`, and `sp_plan` for
-sequence parallelism, keyed by module-name pattern); `apply_tensor_parallel` is the one place
-that turns it into DTensor styles and hooks. For GPT-2 and LLaMA 3, per transformer block
-(`h.{i}`), over the mesh's "tp" dimension:
+Each family's plan is code beside its model (``harness/trainer/models/<family>/parallelize.py``,
+torchtitan style): a function that applies torch.distributed.tensor.parallel styles to the
+part's modules by name. What the llm.c families share is here. Per transformer block (`h.{i}`),
+over the mesh's "tp" dimension (``block_plan``):
 
 | module | style | why |
 | --- | --- | --- |
@@ -23,7 +23,7 @@ full weight (and bias) rows are permuted to [q_0; k_0; v_0; q_1; k_1; v_1; ...],
 heads r*n_head/tp .. (r+1)*n_head/tp - 1 and k_r, v_r the matching KV heads (GQA-aware: n_kv_head
 must be divisible by tp). A contiguous shard then gives rank r exactly [q_r; k_r; v_r], which is
 what the model's attention derives its local head count from. The gradient dump undoes the
-permutation after gathering the shards, so it has the single-device row order.
+permutation after gathering the shards (``full_gradient``), so it has the single-device row order.
 """
 
 from __future__ import annotations
@@ -31,13 +31,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.spec.models import (
-    ParallelStyle,
-    load_object,
-    name_matches,
-    plan_lookup,
-    spec_for_config,
-)
+# torch.distributed.tensor is imported inside the functions that use it: the families' plans
+# import this module, and a single-device run (which builds a family's model) should not pay
+# the ~0.8 s that importing torch.distributed.tensor.parallel costs.
 
 
 def qkv_shard_permutation(n_head: int, n_kv_head: int, head_dim: int, tp: int) -> torch.Tensor:
@@ -67,91 +63,83 @@ def head_counts(config) -> tuple[int, int, int]:
     return config.n_head, n_kv, config.n_embd // config.n_head
 
 
-def _torch_style(style: ParallelStyle):
-    """The DTensor style of a plan entry that parallelize_module applies (None for the
-    entries applied by hooks or after the backward)."""
+def shard_fused_qkv_rows(linear: nn.Linear, config, tp: int) -> None:
+    """Re-order a fused [q; k; v] Linear's rows (and bias) in place so that a contiguous
+    ColwiseParallel shard r holds [q_r; k_r; v_r]: whole heads (and whole kv groups)."""
+    perm = qkv_shard_permutation(*head_counts(config), tp)
+    with torch.no_grad():
+        linear.weight.copy_(linear.weight[perm])
+        if linear.bias is not None:
+            linear.bias.copy_(linear.bias[perm])
+
+
+def block_plan(block: str, sequence_parallel: bool, attention_inputs: int = 1,
+               mlp_colwise: tuple[str, ...] = ("c_fc",)) -> dict:
+    """The DTensor styles of one llm.c transformer block (``block`` = "h.{i}"), Megatron's:
+    attn.c_attn and the MLP's ``mlp_colwise`` linears column-wise, both c_proj row-wise. Under
+    sequence parallelism the attention and MLP inputs arrive split along the sequence and are
+    all-gathered (the attention takes ``attention_inputs`` positional inputs, only the first
+    split), and the row-wise outputs are reduce-scattered back to the sequence slice instead of
+    all-reduced. In module order (the order parallelize_module applies them)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    plan = {}
+    if sequence_parallel:
+        plan[f"{block}.attn"] = _gather_sequence_input(attention_inputs)
+    plan[f"{block}.attn.c_attn"] = ColwiseParallel()
+    plan[f"{block}.attn.c_proj"] = _rowwise(sequence_parallel)
+    if sequence_parallel:
+        plan[f"{block}.mlp"] = _gather_sequence_input(1)
+    for name in mlp_colwise:
+        plan[f"{block}.mlp.{name}"] = ColwiseParallel()
+    plan[f"{block}.mlp.c_proj"] = _rowwise(sequence_parallel)
+    return plan
+
+
+def _rowwise(sequence_parallel: bool):
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    return RowwiseParallel(output_layouts=Shard(1)) if sequence_parallel else RowwiseParallel()
+
+
+def _gather_sequence_input(inputs: int):
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        RowwiseParallel,
+    from torch.distributed.tensor.parallel import PrepareModuleInput
+
+    extra = (None,) * (inputs - 1)
+    return PrepareModuleInput(
+        input_layouts=(Shard(1), *extra), desired_input_layouts=(Replicate(), *extra),
+        use_local_output=True,
     )
 
-    if style.kind in ("colwise", "colwise_qkv"):
-        return ColwiseParallel()
-    if style.kind == "rowwise":
-        return RowwiseParallel() if style.dim is None else RowwiseParallel(output_layouts=Shard(style.dim))
-    if style.kind == "gather_input":
-        extra = (None,) * (style.inputs - 1)
-        return PrepareModuleInput(
-            input_layouts=(Shard(1), *extra), desired_input_layouts=(Replicate(), *extra),
-            use_local_output=True,
-        )
-    return None
+
+def scatter_sequence(module: nn.Module, dim: int, tp_mesh) -> None:
+    """Sequence parallel: ``module``'s output is split along ``dim`` (the sequence) over the TP
+    group, each rank keeping its slice; the backward all-gathers the slices' gradients."""
+    module.register_forward_hook(_sequence_hook(_ScatterSequence, dim, tp_mesh))
 
 
-def apply_tensor_parallel(part: nn.Module, config, tp_mesh, sequence_parallel: bool = False) -> None:
-    """Shard a model part over ``tp_mesh`` by its ModelSpec's plan (with the SP entries when
-    ``sequence_parallel``): every module is looked up by name in the plan, so the model code
-    has no parallel code and the plan has no model code.
-
-    In order: the fused [q; k; v] rows of ``colwise_qkv`` modules are re-arranged for whole-head
-    shards; the sequence scatter / gather hooks and the spec's ``sp_hooks`` are registered; then
-    the DTensor styles are applied in one parallelize_module call.
-    """
-    from torch.distributed.tensor.parallel import parallelize_module
-
-    spec = spec_for_config(config)
-    plan = spec.parallel_plan(sequence_parallel)
-    size = tp_mesh.size()
-    group = tp_mesh.get_group() if sequence_parallel else None
-    rank = tp_mesh.get_local_rank() if sequence_parallel else 0
-    perm = None
-    hooks = {pattern: load_object(path) for pattern, path in spec.sp_hooks.items()} if sequence_parallel else {}
-    torch_plan = {}
-    for name, module in part.named_modules():
-        styles = plan_lookup(plan, name) if name else ()
-        for style in styles:
-            if style.kind == "colwise_qkv":
-                if perm is None:
-                    perm = qkv_shard_permutation(*head_counts(config), size)
-                with torch.no_grad():
-                    module.weight.copy_(module.weight[perm])
-                    if module.bias is not None:
-                        module.bias.copy_(module.bias[perm])
-            elif style.kind == "scatter_output":
-                module.register_forward_hook(_sequence_hook(_ScatterSequence, style.dim, group, rank, size))
-            elif style.kind == "gather_output":
-                module.register_forward_hook(_sequence_hook(_GatherSequence, style.dim, group, rank, size))
-        for pattern, hook in hooks.items():
-            if name and name_matches(pattern, name):
-                hook(module, part, size)
-        torch_styles = [t for t in map(_torch_style, styles) if t is not None]
-        if torch_styles:
-            (torch_plan[name],) = torch_styles
-    if torch_plan:
-        parallelize_module(part, tp_mesh, torch_plan)
+def gather_sequence(module: nn.Module, dim: int, tp_mesh) -> None:
+    """Sequence parallel: ``module``'s output is all-gathered along ``dim`` (the sequence)."""
+    module.register_forward_hook(_sequence_hook(_GatherSequence, dim, tp_mesh))
 
 
-def apply_sequence_parallel(part: nn.Module, config, tp_mesh) -> None:
-    """TP with sequence parallelism: the same plan with its SP entries."""
-    apply_tensor_parallel(part, config, tp_mesh, sequence_parallel=True)
-
-
-def _sequence_hook(function, dim, group, rank, size):
+def _sequence_hook(function, dim, tp_mesh):
+    group, rank, size = tp_mesh.get_group(), tp_mesh.get_local_rank(), tp_mesh.size()
     return lambda _module, _args, out: function.apply(out, dim, group, rank, size)
 
 
-def full_gradient(name: str, grad: torch.Tensor, config, tp: int) -> torch.Tensor:
+def full_gradient(grad: torch.Tensor, config, tp: int, fused_qkv: bool) -> torch.Tensor:
     """The single-device gradient of a parameter: DTensor shards gathered (a collective over the
-    TP group: every TP rank must call this for the same parameters in the same order) and the
-    c_attn row permutation undone."""
+    TP group: every TP rank must call this for the same parameters in the same order) and, for a
+    fused [q; k; v] parameter (``fused_qkv``: the family's TrainSpec says which), the row
+    permutation of ``shard_fused_qkv_rows`` undone."""
     from torch.distributed.tensor import DTensor
 
     if isinstance(grad, DTensor):
         grad = grad.full_tensor()
-    module = name.rpartition(".")[0]
-    if tp > 1 and any(s.kind == "colwise_qkv" for s in spec_for_config(config).styles(module)):
+    if tp > 1 and fused_qkv:
         n_head, n_kv, hd = head_counts(config)
         grad = grad[inverse_permutation(qkv_shard_permutation(n_head, n_kv, hd, tp))]
     return grad
@@ -205,12 +193,3 @@ class _GatherSequence(torch.autograd.Function):
     def backward(ctx, grad):
         return grad.chunk(ctx.size, dim=ctx.dim)[ctx.rank].contiguous(), None, None, None, None
 
-
-def sequence_parallel_parameters(part: nn.Module, config) -> list[str]:
-    """Names of the parameters whose gradient must be summed over the TP group under SP: those
-    of the modules the plan marks ``sequence_norm`` (they saw only this rank's tokens)."""
-    spec = spec_for_config(config)
-    return [
-        name for name, _ in part.named_parameters()
-        if any(s.kind == "sequence_norm" for s in spec.styles(name.rpartition(".")[0], True))
-    ]

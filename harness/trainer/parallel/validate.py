@@ -32,7 +32,8 @@ class ParallelPlan:
     @property
     def sizes(self) -> dict:
         """The mesh sizes by dim name, in MESH_DIMS order."""
-        return {dim: getattr(self, dim) for dim in MESH_DIMS}
+        sizes = {"pp": self.pp, "dp": self.dp, "tp": self.tp}
+        return {dim: sizes[dim] for dim in MESH_DIMS}
 
 
 def check_tensor_parallel(config, tp: int, sequence_parallel: bool, sequence_length: int) -> None:

@@ -26,8 +26,8 @@ from harness.trainer.flags import FlagError, TrainerFlags
 
 MESH_DIMS: tuple[str, ...] = ("pp", "dp", "tp")
 """The mesh's named dimensions, outermost first: the last is the fastest-varying in rank order.
-A new parallelism adds its name here (and its flag in DIM_FLAGS); World, the rank arithmetic,
-the DeviceMesh and the process groups follow."""
+A new parallelism adds its name here (its flag in DIM_FLAGS, its size / rank properties on
+World); the rank arithmetic, the DeviceMesh and the process groups follow."""
 
 DIM_FLAGS: dict[str, str] = {"tp": "tensor_parallel", "pp": "pipeline_parallel"}
 """The flag that sets each dimension's size; "dp" takes what the world size leaves."""
@@ -47,14 +47,31 @@ class World:
     def world_size(self) -> int:
         return math.prod(self.sizes.values())
 
-    def __getattr__(self, name: str):
-        # world.tp is the size of "tp", world.tp_rank this rank's coordinate along it
-        sizes = self.__dict__.get("sizes", {})
-        if name in sizes:
-            return sizes[name]
-        if name.endswith("_rank") and name[: -len("_rank")] in sizes:
-            return self.__dict__["coordinates"][name[: -len("_rank")]]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    # Each mesh dim's size and this rank's coordinate along it (a new dim in MESH_DIMS adds
+    # its pair here).
+    @property
+    def pp(self) -> int:
+        return self.sizes["pp"]
+
+    @property
+    def dp(self) -> int:
+        return self.sizes["dp"]
+
+    @property
+    def tp(self) -> int:
+        return self.sizes["tp"]
+
+    @property
+    def pp_rank(self) -> int:
+        return self.coordinates["pp"]
+
+    @property
+    def dp_rank(self) -> int:
+        return self.coordinates["dp"]
+
+    @property
+    def tp_rank(self) -> int:
+        return self.coordinates["tp"]
 
     def group(self, dim: str):
         """The process group of one mesh dimension (MESH_DIMS); None without a mesh."""

@@ -1,4 +1,5 @@
-"""The model registry (harness.spec.models): torch-free, clear errors, plans looked up by name."""
+"""The families' torch-free contract (harness.spec.models): registry, clear errors, the name ->
+place rule. The torch side (TrainSpec, the parallel plans): tests/trainer/test_train_specs.py."""
 
 from __future__ import annotations
 
@@ -9,21 +10,15 @@ import pytest
 
 from harness.spec import models as spec_models
 from harness.spec.models import (
-    COLWISE,
-    COLWISE_QKV,
     GPT2_SPEC,
     LLAMA3_SPEC,
     MODEL_SPECS,
-    ROWWISE,
-    ROWWISE_TO_SEQUENCE,
-    SEQUENCE_NORM,
     GPT2Config,
     LLaMA3Config,
     ModelSpec,
     UnknownModelError,
     get_model_spec,
     layer_of,
-    plan_lookup,
     register_model,
     spec_for_config,
 )
@@ -78,33 +73,6 @@ def test_a_new_family_registers_and_is_found(monkeypatch):
     assert "tiny3" in str(pytest.raises(UnknownModelError, spec_models.get_model_spec, "x").value)
 
 
-def test_tp_plan_lookup_by_module_name():
-    plan = GPT2_SPEC.tp_plan
-    assert plan_lookup(plan, "h.3.attn.c_attn") == (COLWISE_QKV,)
-    assert plan_lookup(plan, "h.12.attn.c_proj") == (ROWWISE,)
-    assert plan_lookup(plan, "h.0.mlp.c_fc") == (COLWISE,)
-    # '*' is exactly one name part; no partial or nested matches
-    assert plan_lookup(plan, "h.3.attn") == ()
-    assert plan_lookup(plan, "h.3.attn.c_attn.x") == ()
-    assert plan_lookup(plan, "h.3.4.attn.c_attn") == ()
-    assert plan_lookup(plan, "wte") == () and plan_lookup(plan, "lm_head") == ()
-    assert GPT2_SPEC.styles("h.0.mlp.c_fc2") == ()
-    assert LLAMA3_SPEC.styles("h.0.mlp.c_fc2") == (COLWISE,)
-
-
-def test_sequence_parallel_is_the_same_plan_with_sp_entries():
-    for spec in (GPT2_SPEC, LLAMA3_SPEC):
-        tp, sp = spec.parallel_plan(False), spec.parallel_plan(True)
-        assert set(tp) <= set(sp)
-        assert spec.styles("h.1.attn.c_attn", True) == (COLWISE_QKV,)
-        assert spec.styles("h.1.attn.c_proj", True) == (ROWWISE_TO_SEQUENCE,)
-        assert spec.styles("h.1.ln_1", True) == (SEQUENCE_NORM,)
-        assert SEQUENCE_NORM in spec.styles("ln_f", True)
-        assert spec.styles("h.1.ln_1", False) == ()
-    assert LLAMA3_SPEC.styles("h.0.attn", True)[0].inputs == 2  # x and the RoPE table
-    assert GPT2_SPEC.styles("wpe", True)[0].dim == 0
-
-
 def test_tied_parameters_and_name_to_layer_rule():
     assert GPT2_SPEC.tied_parameters == (("wte.weight", "lm_head.weight"),)
     assert LLAMA3_SPEC.tied_parameters == ()
@@ -120,17 +88,8 @@ def test_every_spec_is_complete_and_consistent():
     tokens = [s.token_magic for s in MODEL_SPECS.values()]
     assert len(set(magics + tokens)) == len(magics) + len(tokens)
     for spec in MODEL_SPECS.values():
-        assert spec.builder.count(":") == 1
         assert set(spec.asset_configs) == {"tiny", "small", "bench", "infinitrain"}
         for config in spec.asset_configs.values():
             assert isinstance(config, spec.config)
         names = [n for n, _shape, _stacked in spec.tensor_layout(spec.asset_configs["tiny"])]
         assert len(names) == len(set(names))
-
-
-def test_builders_build_the_registered_modules():
-    pytest.importorskip("torch")
-    from harness.trainer.models import GPT2, LLaMA3, build_model
-
-    assert isinstance(build_model(GPT2_SPEC.asset_configs["tiny"], layers=[0]), GPT2)
-    assert isinstance(build_model(LLAMA3_SPEC.asset_configs["tiny"], layers=[0]), LLaMA3)

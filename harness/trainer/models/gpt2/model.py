@@ -1,8 +1,9 @@
 """GPT-2 as llm.c trains it, in plain PyTorch.
 
 One readable file, nanoGPT / llm.c style: no dropout, no parallel code, no torch.distributed.
-Pipeline, tensor and data parallelism are applied from outside (harness.trainer.parallel) by
-module name, so the attribute names here are part of the contract (docs/design.md):
+Pipeline, tensor and data parallelism are applied from outside by module name (the TP plan is
+parallelize.py, beside this file; the rest is harness.trainer.parallel), so the attribute names
+here are part of the contract (docs/design.md):
 
     wte, wpe, h.{i}.ln_1, h.{i}.attn.c_attn, h.{i}.attn.c_proj, h.{i}.ln_2,
     h.{i}.mlp.c_fc, h.{i}.mlp.c_proj, ln_f, lm_head

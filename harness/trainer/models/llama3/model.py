@@ -1,7 +1,8 @@
 """LLaMA 3 as Meta's reference code and llm.c's train_llama3.py define it, in plain PyTorch.
 
 One readable file: no dropout, no parallel code, no torch.distributed. Parallelism is applied
-from outside by module name, so the attribute names are part of the contract (docs/design.md):
+from outside by module name (parallelize.py, beside this file), so the attribute names are part
+of the contract (docs/design.md):
 
     wte, h.{i}.ln_1, h.{i}.attn.c_attn, h.{i}.attn.c_proj, h.{i}.ln_2,
     h.{i}.mlp.c_fc, h.{i}.mlp.c_fc2, h.{i}.mlp.c_proj, ln_f, lm_head
@@ -261,14 +262,3 @@ class LLaMA3(ModelPart):
         super().init_weights(seed)
         self.init_buffers()
 
-
-def full_sequence_rope(attn: CausalSelfAttention, part: LLaMA3, tp: int) -> None:
-    """Sequence parallel (the ModelSpec's ``sp_hooks``): the part computed its RoPE table for
-    the T / tp tokens a rank holds, but the attention runs on the all-gathered sequence, so the
-    table is swapped for the full sequence's before the input is gathered."""
-
-    def full_rope(_module, args):
-        x, _rope = args
-        return x, part._rope_for(x.shape[1] * tp, x.device)
-
-    attn.register_forward_pre_hook(full_rope)

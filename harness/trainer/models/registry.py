@@ -1,0 +1,16 @@
+"""The trainer's model families: one ``TrainSpec`` per family of ``harness.spec.models``."""
+
+from __future__ import annotations
+
+from harness.spec.models import spec_for_config
+from harness.trainer.models import gpt2, llama3
+from harness.trainer.models.train_spec import TrainSpec
+
+# Every family of harness.spec.models has one (tests/trainer/test_model_registry.py checks).
+TRAIN_SPECS: dict[str, TrainSpec] = {spec.name: spec for spec in (gpt2.TRAIN_SPEC, llama3.TRAIN_SPEC)}
+
+
+def train_spec_for_config(config) -> TrainSpec:
+    """The TrainSpec of the family whose config type ``config`` is (UnknownModelError, naming
+    the known ones, for another type)."""
+    return TRAIN_SPECS[spec_for_config(config).name]

@@ -1,0 +1,81 @@
+"""The trainer's side of a model family (harness.trainer.models): one TrainSpec per family of
+harness.spec.models, its model class, and the parallel plan pieces written as code."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.spec.models import GPT2_SPEC, LLAMA3_SPEC, MODEL_SPECS, UnknownModelError
+from harness.trainer.models.common import is_fused_qkv, is_sequence_norm
+from harness.trainer.models.registry import TRAIN_SPECS, train_spec_for_config
+from harness.trainer.models.train_spec import TrainSpec
+
+
+def test_every_family_of_the_contract_has_a_train_spec_holding_it():
+    assert list(TRAIN_SPECS) == list(MODEL_SPECS)
+    for name, spec in TRAIN_SPECS.items():
+        assert spec.name == name and spec.contract is MODEL_SPECS[name]
+    assert train_spec_for_config(GPT2_SPEC.asset_configs["tiny"]) is TRAIN_SPECS["gpt2"]
+    assert train_spec_for_config(LLAMA3_SPEC.asset_configs["tiny"]) is TRAIN_SPECS["llama3"]
+    with pytest.raises(UnknownModelError, match="no registered model has config type object"):
+        train_spec_for_config(object())
+
+
+def test_a_train_spec_refuses_a_model_that_is_not_a_model_part():
+    spec = TRAIN_SPECS["gpt2"]
+    with pytest.raises(TypeError, match="TrainSpec 'gpt2': model .* is not a ModelPart subclass"):
+        TrainSpec(spec.contract, dict, spec.parallelize, spec.fused_qkv, spec.sequence_norm)
+
+
+def test_build_model_builds_each_family_module():
+    from harness.trainer.models import GPT2, LLaMA3, build_model
+
+    assert isinstance(build_model(GPT2_SPEC.asset_configs["tiny"], layers=[0]), GPT2)
+    assert isinstance(build_model(LLAMA3_SPEC.asset_configs["tiny"], layers=[0]), LLaMA3)
+    with pytest.raises(TypeError, match="unsupported config type object; expected GPT2Config "
+                                        "or LLaMA3Config"):
+        build_model(object())
+
+
+@pytest.mark.parametrize("name, fused, norm", [
+    ("h.3.attn.c_attn.weight", True, False),
+    ("h.12.attn.c_attn.bias", True, False),
+    ("h.3.attn.c_proj.weight", False, False),
+    ("h.3.4.attn.c_attn.weight", False, False),  # one name part per layer index
+    ("h.3.attn.c_attn.x.weight", False, False),
+    ("attn.c_attn.weight", False, False),
+    ("h.0.ln_1.weight", False, True),
+    ("h.0.ln_2.bias", False, True),
+    ("ln_f.weight", False, True),
+    ("h.0.ln_3.weight", False, False),
+    ("h.0.mlp.c_fc.weight", False, False),
+    ("wte.weight", False, False),
+])
+def test_the_parameters_the_plans_single_out(name, fused, norm):
+    assert (is_fused_qkv(name), is_sequence_norm(name)) == (fused, norm)
+
+
+def test_the_block_plan_is_megatrons_and_sequence_parallel_adds_its_entries():
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+    )
+
+    from harness.trainer.parallel.tensor_parallel import block_plan
+
+    tp = block_plan("h.3", False)
+    assert {k: type(v) for k, v in tp.items()} == {
+        "h.3.attn.c_attn": ColwiseParallel, "h.3.attn.c_proj": RowwiseParallel,
+        "h.3.mlp.c_fc": ColwiseParallel, "h.3.mlp.c_proj": RowwiseParallel}
+    assert tp["h.3.attn.c_proj"].output_layouts == (Replicate(),)
+    sp = block_plan("h.3", True, attention_inputs=2, mlp_colwise=("c_fc", "c_fc2"))
+    assert list(sp) == ["h.3.attn", "h.3.attn.c_attn", "h.3.attn.c_proj", "h.3.mlp",
+                        "h.3.mlp.c_fc", "h.3.mlp.c_fc2", "h.3.mlp.c_proj"]  # module order
+    assert sp["h.3.attn.c_proj"].output_layouts == (Shard(1),)  # reduce-scattered to the slice
+    gather = sp["h.3.attn"]
+    assert isinstance(gather, PrepareModuleInput)
+    assert gather.input_layouts == (Shard(1), None)  # x split, the RoPE table not
+    assert gather.desired_input_layouts == (Replicate(), None)
+    assert sp["h.3.mlp"].input_layouts == (Shard(1),)
