@@ -26,35 +26,138 @@ import math
 import re
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 from .costs import LayerCosts
 from .errors import MAX_COUNT, LayoutError
+from .step_model import StepCosts, split_total
 
 RECORD_FORMAT = "harness.layer_timing/1"
+MEMORY_FORMAT = "harness.stage_memory/1"
+MEMORY_FIELDS = ("activation_bytes", "parameter_bytes")
+STAGE_FIELDS = ("peak_activation_bytes", "parameter_bytes", "gradient_bytes", "optimizer_bytes",
+                "allocator_peak_bytes")
 SPECIAL = ("embedding", "lm_head")
 _INFINITRAIN = re.compile(r"TransformerLayer\.(\d+)$")
 
-Sample = tuple[str, int, "int | str", float]  # (file, rank, layer, milliseconds)
+
+
+class Sample(NamedTuple):
+    file: str
+    rank: int
+    layer: int | str
+    forward: float  # ms, summed over the step's microbatches
+    backward: float
+    extra: dict  # the record's other fields (microbatches, memory figures, chunk, chunks)
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    costs: StepCosts  # per microbatch where the microbatch count is recorded, else per step
+    microbatches: int | None
+    shape: tuple[int, int] | None  # (pp, vpp) recorded; None: an older profile does not say
+    memory_missing: str | None  # why costs has no memory figures; None: it has them
+    stage_memory: dict[int, dict]  # rank -> median of each STAGE_FIELDS figure over kept steps
+    files: tuple[str, ...]
 
 
 def read_profile(paths: Iterable[str | Path], warmup_samples: int = 1) -> LayerCosts:
     """Per-layer costs (ms) from timing files; embedding / lm_head costs are 0 when not recorded."""
+    kept, _, _, _ = _kept_samples(paths, warmup_samples)
+    cost = {layer: float(statistics.median(s.forward + s.backward for s in samples))
+            for layer, samples in kept.items()}
+    layers = sorted(k for k in cost if isinstance(k, int))
+    return LayerCosts(tuple(cost[i] for i in layers), cost.get("embedding", 0.0), cost.get("lm_head", 0.0))
+
+
+def read_step_profile(paths: Iterable[str | Path], warmup_samples: int = 1) -> StepProfile:
+    """Forward / backward per microbatch, memory figures, the recorded shape (module doc)."""
+    kept, all_samples, stage_records, files = _kept_samples(paths, warmup_samples)
+    counts = [s.extra.get("microbatches") for samples in kept.values() for s in samples]
+    microbatches = None
+    if counts and all(_is_int(c) and c > 0 for c in counts):
+        microbatches = int(statistics.median(counts))
+    per = microbatches or 1
+
+    def median(layer, field: str) -> float:
+        return float(statistics.median(getattr(s, field) for s in kept[layer])) / per
+
+    def figure(layer, field: str) -> float:
+        return float(statistics.median(s.extra[field] for s in kept[layer]))
+
+    layers = sorted(k for k in kept if isinstance(k, int))
+    missing = _memory_missing(files, kept)
+    memory = {}
+    if missing is None:
+        memory = {"activation": tuple(figure(i, "activation_bytes") for i in layers),
+                  "parameters": tuple(figure(i, "parameter_bytes") for i in layers),
+                  **{f"{key}_memory": (figure(key, "activation_bytes"), figure(key, "parameter_bytes"))
+                     for key in SPECIAL if key in kept}}
+    costs = StepCosts(tuple(median(i, "forward") for i in layers), tuple(median(i, "backward") for i in layers),
+                      **{key: (median(key, "forward"), median(key, "backward")) for key in SPECIAL if key in kept},
+                      **memory)
+    return StepProfile(costs, microbatches, _shape(all_samples), missing,
+                       _stage_medians(stage_records, warmup_samples), tuple(files))
+
+
+def _memory_missing(files: list[str], kept: dict) -> str | None:
+    for layer, samples in kept.items():
+        for s in samples:
+            for field in MEMORY_FIELDS:
+                value = s.extra.get(field)
+                if not _is_time(value):
+                    return (f"{s.file}: the record of layer {layer!r} (rank {s.rank}) has "
+                            f"{field} {value!r}; expected a number of bytes >= 0 (a profile from "
+                            f"before memory was recorded: profile again with --profile_layers)")
+    return None
+
+
+def _shape(samples: list[Sample]) -> tuple[int, int] | None:
+    """(pp, vpp) of the run that wrote the samples: the distinct layer sets of the ranks, and the
+    ranks' chunk count."""
+    chunks = {s.extra.get("chunks") for s in samples}
+    if not all(_is_int(c) and c > 0 for c in chunks):
+        return None
+    held: dict[tuple[str, int], set] = defaultdict(set)
+    for s in samples:
+        held[(s.file, s.rank)].add(s.layer)
+    return len({frozenset(v) for v in held.values()}), max(chunks)
+
+
+def _stage_medians(records: list[tuple[str, dict]], warmup_samples: int) -> dict[int, dict]:
+    streams: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for file, rec in records:
+        streams[(file, rec["rank"])].append(rec)
+    result: dict[int, dict] = {}
+    for (_, rank), recs in sorted(streams.items()):
+        kept = recs[warmup_samples:] or recs[-1:]
+        result[rank] = {field: (float(statistics.median(r[field] for r in kept))
+                                if all(_is_time(r.get(field)) for r in kept) else None)
+                        for field in STAGE_FIELDS}
+    return result
+
+
+def _kept_samples(paths: Iterable[str | Path], warmup_samples: int):
+    """(samples kept per layer, every sample, stage memory records, files), checked."""
     if isinstance(warmup_samples, bool) or not isinstance(warmup_samples, int) or warmup_samples < 0:
         raise LayoutError(f"--warmup-samples must be an integer >= 0, got {warmup_samples!r}")
     paths = [str(p) for p in paths]
     if not paths:
         raise LayoutError("no profile files given")
-    streams: dict[tuple[str, int, int | str], list[float]] = defaultdict(list)
+    streams: dict[tuple[str, int, int | str], list[Sample]] = defaultdict(list)
+    stage_records: list[tuple[str, dict]] = []
     for path in paths:
-        for source, rank, layer, ms in _read_file(path):
-            streams[(source, rank, layer)].append(ms)
-    kept: dict[int | str, list[float]] = defaultdict(list)
+        for sample in _read_file(path, stage_records):
+            streams[(sample.file, sample.rank, sample.layer)].append(sample)
+    kept: dict[int | str, list[Sample]] = defaultdict(list)
     total: dict[int | str, int] = defaultdict(int)
+    every: list[Sample] = []
     for (_, _, layer), values in streams.items():
         kept[layer] += values[warmup_samples:]
         total[layer] += len(values)
+        every += values
     layers = sorted(k for k in total if isinstance(k, int))
     if not layers:
         raise LayoutError(f"{', '.join(paths)}: no transformer layer records; expected records for layers 0..n-1")
@@ -69,11 +172,10 @@ def read_profile(paths: Iterable[str | Path], warmup_samples: int = 1) -> LayerC
         if not kept[layer]:
             raise LayoutError(f"{', '.join(paths)}: layer {layer} has {count} sample(s), all dropped as "
                               f"warm-up (--warmup-samples {warmup_samples}); expected more samples, e.g. more steps")
-    cost = {layer: float(statistics.median(values)) for layer, values in kept.items()}
-    return LayerCosts(tuple(cost[i] for i in layers), cost.get("embedding", 0.0), cost.get("lm_head", 0.0))
+    return dict(kept), every, stage_records, paths
 
 
-def _read_file(path: str) -> Iterator[Sample]:
+def _read_file(path: str, stage_records: list[tuple[str, dict]]) -> Iterator[Sample]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
@@ -86,7 +188,9 @@ def _read_file(path: str) -> Iterator[Sample]:
     found = False
     for lineno, line in content:
         sample = reader(path, lineno, line)
-        if sample is not None:
+        if isinstance(sample, dict):
+            stage_records.append((path, sample))
+        elif sample is not None:
             found = True
             yield sample
     if not found:
@@ -94,7 +198,7 @@ def _read_file(path: str) -> Iterator[Sample]:
                           f"InfiniTrain 'TransformerLayer.<i> <device> <host_us> <device_us> <peak>' lines")
 
 
-def _json_sample(path: str, lineno: int, line: str) -> Sample:
+def _json_sample(path: str, lineno: int, line: str) -> Sample | dict:
     def bad(why: str) -> LayoutError:
         return LayoutError(f"{path}:{lineno}: {why}; expected a {RECORD_FORMAT} record "
                            f'{{"format", "step", "layer", "forward_ms", "backward_ms", "rank"}}')
@@ -103,6 +207,10 @@ def _json_sample(path: str, lineno: int, line: str) -> Sample:
         rec = json.loads(line)
     except json.JSONDecodeError as err:
         raise bad(f"not JSON ({err.msg})") from None
+    if isinstance(rec, dict) and rec.get("format") == MEMORY_FORMAT:
+        if not _is_int(rec.get("rank")) or rec["rank"] < 0:
+            raise bad(f"rank {rec.get('rank')!r} of a {MEMORY_FORMAT} record is not an integer >= 0")
+        return rec
     if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
         raise bad(f"format is {rec.get('format') if isinstance(rec, dict) else None!r}")
     for key in ("step", "rank"):
@@ -115,7 +223,8 @@ def _json_sample(path: str, lineno: int, line: str) -> Sample:
     for key, value in zip(("forward_ms", "backward_ms"), times):
         if not _is_time(value):
             raise bad(f"{key} {value!r} is not a finite number >= 0")
-    return path, rec["rank"], layer, float(times[0]) + float(times[1])
+    extra = {k: v for k, v in rec.items() if k not in ("format", "step", "layer", "forward_ms", "backward_ms", "rank")}
+    return Sample(path, rec["rank"], layer, float(times[0]), float(times[1]), extra)
 
 
 def _infinitrain_sample(path: str, lineno: int, line: str) -> Sample | None:
@@ -132,7 +241,9 @@ def _infinitrain_sample(path: str, lineno: int, line: str) -> Sample | None:
                           f"'TransformerLayer.<i> <device> <host_us> <device_us> <peak>'") from None
     if not (_is_time(host_us) and _is_time(device_us)):
         raise LayoutError(f"{path}:{lineno}: times in {line!r} must be finite numbers >= 0")
-    return path, 0, int(match.group(1)), (device_us if device_us > 0 else host_us) / 1000.0
+    # One time per record, forward and backward together: split as StepCosts.from_layer_costs does.
+    forward, backward = split_total((device_us if device_us > 0 else host_us) / 1000.0)
+    return Sample(path, 0, int(match.group(1)), forward, backward, {})
 
 
 def _is_int(value: object) -> bool:

@@ -1,7 +1,17 @@
-"""Suggest a --pipeline_layer_partition from layer costs or a timing profile.
+"""Suggest a pipeline layout from layer costs or a timing profile.
 
     python -m harness.layout.suggest --pipeline-parallel 2 --costs 1x8,L:4.5
     python -m harness.layout.suggest --pipeline-parallel 4 --profile run/layers.jsonl
+    python -m harness.layout.suggest --pipeline-parallel 2 --virtual-pipeline-parallel 2 \
+        --profile run/layers.jsonl --memory-budget-mb 900
+
+With one chunk per stage and no memory budget it prints the --pipeline_layer_partition that
+minimizes the slowest stage (exact, solver.py). With --virtual-pipeline-parallel > 1, or with
+--memory-budget-mb, it searches chunk layouts (chunk_search.py): the sizes, order and owners of
+the chunks with the least simulated step time of the schedule the trainer will run, every
+stage's modelled peak memory within the budget, and prints a --pipeline_chunk_layout (or, with
+one chunk per stage, a --pipeline_layer_partition). `--front` prints the step-time / peak-memory
+front instead, one layout a line.
 
 A profile path the trainer wrote per rank (`--profile_layers run/layers.jsonl` under torchrun
 writes run/layers.rank0.jsonl, run/layers.rank1.jsonl, ...) may be given as the name passed to
@@ -19,11 +29,16 @@ import json
 import sys
 from dataclasses import replace
 
+from .chunk_search import search_chunks
 from .costs import LayerCosts, parse_costs
 from .errors import LayoutError
 from .layout import PipelineLayout
-from .profile import read_profile
+from .profile import read_profile, read_step_profile
+from .schedules import SCHEDULES_FOR_KIND, SIMULATED, chunk_order_kind
 from .solver import stage_costs
+from .step_model import OPTIMIZER_STATES, Evaluation, StepCosts, StepModel, split_total
+
+MB = 2 ** 20
 
 PROG = "python -m harness.layout.suggest"
 
@@ -53,6 +68,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cost added to the last stage (replaces a profiled value)")
     p.add_argument("--warmup-samples", "--warmup_samples", type=int, default=1, metavar="K",
                    help="samples dropped at the start of each layer's stream (default 1)")
+    p.add_argument("--virtual-pipeline-parallel", "--virtual_pipeline_parallel", type=int, default=1,
+                   metavar="V", help="chunks per stage (default 1); > 1 searches chunk layouts")
+    p.add_argument("--microbatches", type=int, metavar="M",
+                   help="microbatches per step (default: the profile's, else 2 x pp)")
+    p.add_argument("--schedule", metavar="NAME",
+                   help=f"the --pipeline_schedule the run will use (default: the trainer's choice "
+                        f"for each chunk order); simulated: {', '.join(SIMULATED)}")
+    p.add_argument("--memory-budget-mb", "--memory_budget_mb", type=float, metavar="MB",
+                   help="per-device memory budget: every stage's modelled peak must fit")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZER_STATES), default="sgd",
+                   help="the trainer's --optimizer, for the optimizer state in the peak (default sgd)")
+    p.add_argument("--front", action="store_true",
+                   help="print the step-time / peak-memory front of the layouts searched")
+    p.add_argument("--any-profile-shape", "--any_profile_shape", action="store_true",
+                   help="accept a profile recorded with another pp / vpp than asked")
     p.add_argument("--json", action="store_true", help="print a JSON report instead of the flag")
     return p
 
@@ -117,15 +147,129 @@ def expand_profiles(paths: list[str]) -> list[str]:
     return expanded
 
 
+def suggest_chunks(costs: StepCosts, pp: int, vpp: int, microbatches: int, schedule: str | None = None,
+                   budget_mb: float | None = None, optimizer: str = "sgd") -> dict:
+    """The report of the chunk-layout search; raises LayoutError when nothing fits the budget."""
+    _check_schedule_shape(schedule, pp, vpp)
+    model = StepModel(costs, pp, microbatches, optimizer)
+    budget = None if budget_mb is None else budget_mb * MB
+    result = search_chunks(model, vpp, schedule, budget)
+    if result.best is None:
+        t = result.tightest
+        stage = max(range(pp), key=t.peaks.__getitem__)
+        raise LayoutError(
+            f"no layout fits --memory-budget-mb {budget_mb:g}: the lowest modelled peak found is "
+            f"stage {stage}'s {t.peaks[stage] / MB:.1f} MB (layout {t.chunk_layout}, {t.schedule}); "
+            f"expected a budget of at least {t.peaks[stage] / MB:.1f} MB, or more stages or fewer microbatches")
+    best = result.best
+    default = _default_layout(model, pp, vpp, schedule)
+    flag = (f"--pipeline_chunk_layout={best.chunk_layout}" if vpp > 1
+            else f"--pipeline_layer_partition={','.join(map(str, best.sizes))}")
+    if schedule is not None:
+        flag += f" --pipeline_schedule={best.schedule}"
+    return {"pipeline_parallel": pp, "virtual_pipeline_parallel": vpp, "num_layers": costs.num_layers,
+            "microbatches": microbatches, "optimizer": optimizer, "memory_budget_mb": budget_mb,
+            "flag": flag, **_evaluation(best),
+            "default": _evaluation(default),
+            "modeled_improvement": {"speedup": default.step_time / best.step_time if best.step_time > 0 else None},
+            "search": {"exhaustive": result.exhaustive, "evaluated": len(result.evaluated)},
+            "front": [_evaluation(e) for e in result.front()]}
+
+
+def _check_schedule_shape(schedule: str | None, pp: int, vpp: int) -> None:
+    """A schedule asked for must fit some chunk order of pp x vpp chunks."""
+    if schedule is None:
+        return
+    kinds = [kind for kind, names in SCHEDULES_FOR_KIND.items() if schedule.lower() in map(str.lower, names)]
+    if not kinds:
+        raise LayoutError(f"--schedule {schedule!r} is not a schedule the trainer runs; expected one of "
+                          f"{', '.join(dict.fromkeys(n for names in SCHEDULES_FOR_KIND.values() for n in names))}")
+    needs = {"sequential": (1, "one chunk per stage: --virtual-pipeline-parallel 1"),
+             "round-robin": (None, "round-robin chunks: --virtual-pipeline-parallel >= 2"),
+             "v-shape": (2, "V-shaped chunks: --virtual-pipeline-parallel 2"),
+             "custom": (None, "")}
+    if not any(vpp == want if want else vpp >= 2 for want, _ in (needs[k] for k in kinds)):
+        wanted = " or ".join(needs[k][1] for k in kinds if needs[k][1])
+        raise LayoutError(f"--schedule {schedule} runs {wanted}, but --virtual-pipeline-parallel is {vpp}; "
+                          f"expected a --virtual-pipeline-parallel that schedule runs")
+
+
+def _default_layout(model: StepModel, pp: int, vpp: int, schedule: str | None) -> Evaluation:
+    """The trainer's default for this shape: the uniform round-robin layout."""
+    uniform = PipelineLayout.uniform(model.costs.num_layers, pp, vpp)
+    stages = tuple(s for s, _, _ in uniform.chunks)
+    fitting = SCHEDULES_FOR_KIND[chunk_order_kind(stages, pp)]
+    name = next((n for n in fitting if schedule and n.lower() == schedule.lower()), fitting[0])
+    return model.evaluate([b - a for _, a, b in uniform.chunks], stages, name)
+
+
+def _evaluation(e: Evaluation) -> dict:
+    return {"chunk_layout": e.chunk_layout, "sizes": list(e.sizes), "schedule": e.schedule,
+            "predicted_step_time": e.step_time,
+            "stage_peaks_mb": None if e.peaks is None else [p / MB for p in e.peaks]}
+
+
+def _step_costs(args: argparse.Namespace) -> tuple[StepCosts, int]:
+    """Per-microbatch costs and the microbatch count, checked against the asked shape."""
+    pp = args.pipeline_parallel
+    if args.costs is not None:
+        totals = _costs(args)
+        totals.check_layers(len(totals.layers))
+        if args.memory_budget_mb is not None:
+            raise _Usage(f"--memory-budget-mb {args.memory_budget_mb:g} needs per-layer memory figures, "
+                         f"which --costs {args.costs!r} does not give; expected --profile files written "
+                         f"by the trainer's --profile_layers")
+        return StepCosts.from_layer_costs(totals), args.microbatches or 2 * pp
+    if args.warmup_samples < 0:
+        raise _Usage(f"--warmup-samples must be >= 0, got {args.warmup_samples}")
+    profile = read_step_profile(expand_profiles(args.profile), args.warmup_samples)
+    _check_profile_shape(profile.shape, profile.files, args)
+    if args.memory_budget_mb is not None and profile.memory_missing:
+        raise _Usage(f"--memory-budget-mb {args.memory_budget_mb:g}: {profile.memory_missing}")
+    costs = profile.costs
+    overrides = {name: split_total(value) for name, value in (("embedding", args.embedding_cost), ("lm_head", args.lm_head_cost))
+                 if value is not None}
+    return replace(costs, **overrides), args.microbatches or profile.microbatches or 2 * pp
+
+
+def _check_profile_shape(shape: tuple[int, int] | None, files: tuple[str, ...], args) -> None:
+    asked = (args.pipeline_parallel, args.virtual_pipeline_parallel)
+    if shape is None or shape == asked or args.any_profile_shape:
+        return
+    raise _Usage(f"{files[0]}{' ...' if len(files) > 1 else ''}: the profile was recorded with "
+                 f"--pipeline_parallel {shape[0]} --virtual_pipeline_parallel {shape[1]}, but the "
+                 f"suggestion is asked for --pipeline-parallel {asked[0]} --virtual-pipeline-parallel "
+                 f"{asked[1]}; expected a profile of that shape (profile its uniform layout), or "
+                 f"--any-profile-shape to use these times anyway")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.pipeline_parallel < 1:
             raise _Usage(f"--pipeline-parallel must be >= 1, got {args.pipeline_parallel}")
-        report = suggest(_costs(args), args.pipeline_parallel)
+        if args.virtual_pipeline_parallel < 1:
+            raise _Usage(f"--virtual-pipeline-parallel must be >= 1, got {args.virtual_pipeline_parallel}")
+        if args.microbatches is not None and args.microbatches < 1:
+            raise _Usage(f"--microbatches must be >= 1, got {args.microbatches}")
+        if args.memory_budget_mb is not None and not args.memory_budget_mb > 0:
+            raise _Usage(f"--memory-budget-mb must be > 0, got {args.memory_budget_mb:g}")
+        chunked = (args.virtual_pipeline_parallel > 1 or args.memory_budget_mb is not None or args.front
+                   or args.schedule is not None)
+        if chunked:
+            costs, microbatches = _step_costs(args)
+            report = suggest_chunks(costs, args.pipeline_parallel, args.virtual_pipeline_parallel, microbatches,
+                                    args.schedule, args.memory_budget_mb, args.optimizer)
+        else:
+            if args.profile is not None and args.warmup_samples >= 0:
+                _check_profile_shape(read_step_profile(expand_profiles(args.profile), args.warmup_samples).shape,
+                                     tuple(args.profile), args)
+            report = suggest(_costs(args), args.pipeline_parallel)
     except (_Usage, LayoutError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
+    if chunked:
+        return _print_chunks(report, args)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -136,6 +280,29 @@ def main(argv: list[str] | None = None) -> int:
           f"{_fmt(u['stage_costs'])}, slowest {u['slowest_stage']['cost']:.6g}"
           + (f"; modeled speed-up {imp['speedup']:.3f}x" if imp["speedup"] is not None else ""),
           file=sys.stderr)
+    return 0
+
+
+def _print_chunks(report: dict, args) -> int:
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    if args.front:
+        print("# predicted step time, max stage peak MB, schedule, --pipeline_chunk_layout")
+        for e in report["front"]:
+            peak = "-" if e["stage_peaks_mb"] is None else f"{max(e['stage_peaks_mb']):.1f}"
+            print(f"{e['predicted_step_time']:.6g} {peak} {e['schedule']} {e['chunk_layout']}")
+        return 0
+    print(report["flag"], flush=True)
+    d, speedup = report["default"], report["modeled_improvement"]["speedup"]
+    peaks = report["stage_peaks_mb"]
+    print(f"# {report['schedule']}, {report['microbatches']} microbatches: predicted step "
+          f"{report['predicted_step_time']:.6g}"
+          + (f", stage peaks {_fmt(peaks)} MB" if peaks else "")
+          + f"; default {d['chunk_layout']} ({d['schedule']}): {d['predicted_step_time']:.6g}"
+          + (f"; modeled speed-up {speedup:.3f}x" if speedup else "")
+          + f"; {'exact' if report['search']['exhaustive'] else 'local'} search over "
+            f"{report['search']['evaluated']} layouts", file=sys.stderr)
     return 0
 
 

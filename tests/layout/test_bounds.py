@@ -9,7 +9,6 @@ it, so a regression fails as MemoryError instead of eating the shared machine's 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap

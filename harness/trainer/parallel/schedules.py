@@ -27,17 +27,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-SEQUENTIAL = "sequential"
-ROUND_ROBIN = "round-robin"
-V_SHAPE = "v-shape"
-CUSTOM = "custom"
-
-SCHEDULES_FOR_KIND: dict[str, tuple[str, ...]] = {
-    SEQUENTIAL: ("1F1B", "GPipe"),
-    ROUND_ROBIN: ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "GPipe"),
-    V_SHAPE: ("ZBVZeroBubble", "DualPipeV", "GPipe"),
-    CUSTOM: ("GPipe",),
-}
+# The table and the classification live in the layout package (torch-free), where the layout
+# search reads them too: one source for which schedule a chunk order gets.
+from harness.layout.schedules import (CUSTOM, ROUND_ROBIN, SCHEDULES_FOR_KIND, SEQUENTIAL, V_SHAPE,
+                                      chunk_order_kind, microbatch_rule, rank_orders)
 
 _KIND_TEXT = {
     SEQUENTIAL: "one chunk per stage",
@@ -49,19 +42,6 @@ _KIND_TEXT = {
 
 class ScheduleError(ValueError):
     """A pipeline schedule that cannot run the layout (refused before any model is built)."""
-
-
-def chunk_order_kind(chunk_stages: Sequence[int], pp: int) -> str:
-    """Classify the stage of each chunk, in global chunk order."""
-    stages = list(chunk_stages)
-    n = len(stages)
-    if n == pp and stages == list(range(pp)):
-        return SEQUENTIAL
-    if n > pp and n % pp == 0 and stages == [g % pp for g in range(n)]:
-        return ROUND_ROBIN
-    if n == 2 * pp and stages == list(range(pp)) + list(range(pp - 1, -1, -1)):
-        return V_SHAPE
-    return CUSTOM
 
 
 def describe_fits() -> str:
@@ -95,35 +75,22 @@ def select_schedule(
 
 
 def check_microbatches(name: str, kind: str, pp: int, n_chunks: int, microbatches: int) -> None:
-    def refuse(rule: str) -> None:
+    rule = microbatch_rule(name, pp, n_chunks, microbatches)
+    if rule is not None:
         raise ScheduleError(
             f"pipeline schedule {name} needs {rule}, but each pipeline runs {microbatches} "
             f"microbatches per step (--total_batch_size / (--batch_size * --sequence_length * "
             f"data-parallel size)); raise --total_batch_size or pick another schedule"
         )
 
-    if name == "1F1B" and microbatches < pp:
-        refuse(f"at least --pipeline_parallel = {pp} microbatches")
-    if name == "DualPipeV" and microbatches < n_chunks:
-        refuse(f"at least as many microbatches as chunks ({n_chunks})")
-    if name in ("Interleaved1F1B", "InterleavedZeroBubble"):
-        rounds = max(1, microbatches // pp)
-        if microbatches % rounds:
-            refuse(f"a microbatch count that is a multiple of max(1, microbatches // pp) = {rounds}")
-
 
 def gpipe_actions(chunk_stages: Sequence[int], pp: int, microbatches: int):
     """Compute-only action lists per pp rank: GPipe order over any chunk-to-stage mapping."""
     from torch.distributed.pipelining.schedules import _Action, _ComputationType
 
-    F, B = _ComputationType.FORWARD, _ComputationType.FULL_BACKWARD
-    n = len(chunk_stages)
-    order = [(g, F, m) for m in range(microbatches) for g in range(n)]
-    order += [(g, B, m) for m in range(microbatches) for g in reversed(range(n))]
-    actions: dict[int, list] = {r: [] for r in range(pp)}
-    for g, kind, m in order:
-        actions[chunk_stages[g]].append(_Action(g, kind, m))
-    return actions
+    kinds = {"F": _ComputationType.FORWARD, "B": _ComputationType.FULL_BACKWARD}
+    return {rank: [_Action(a.chunk, kinds[a.kind], a.microbatch) for a in order]
+            for rank, order in enumerate(rank_orders("GPipe", chunk_stages, pp, microbatches))}
 
 
 def build_schedule(name: str, kind: str, stages: list, chunk_stages: Sequence[int], pp: int,
