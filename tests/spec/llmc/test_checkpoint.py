@@ -16,7 +16,7 @@ from harness.spec.llmc import (
     write_checkpoint,
     write_tokens,
 )
-from harness.trainer.models.configs import GPT2Config, LLaMA3Config
+from harness.spec.models import GPT2Config, LLaMA3Config
 
 # Odd sizes so that a transposed or misplaced tensor cannot keep its shape by accident.
 GPT2 = GPT2Config(block_size=5, vocab_size=11, n_layer=3, n_head=2, n_embd=8, padded_vocab_size=16)
@@ -189,7 +189,7 @@ def test_extra_bytes_after_the_data(written):
 def test_header_that_disagrees_with_the_length(written):
     model, config, _, path = written
     rewrite_header(path, i4=config.n_layer + 1)  # one layer more than the data holds
-    refused(path, "truncated", "bytes missing", f"implies")
+    refused(path, "truncated", "bytes missing", "implies")
 
 
 @pytest.mark.parametrize("keep", [0, 3, 1023, 1024, 1028, "half", "all-but-one"])
