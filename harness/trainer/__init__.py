@@ -1,0 +1,1 @@
+"""The reference trainer: `python -m harness.trainer`, or `torchrun -m harness.trainer` for parallel runs."""
