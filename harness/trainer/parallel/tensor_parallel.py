@@ -160,7 +160,7 @@ def full_gradient(grad: torch.Tensor, config, tp: int, fused_qkv: bool) -> torch
 # * the final norm's output is all-gathered before the (replicated) head, whose backward takes
 #   this rank's slice of the (identical) gradient;
 # * the norms' weights (and biases) saw only this rank's tokens: their gradients are summed over
-#   the TP group after the backward (`sequence_parallel_parameters`), as Megatron does.
+#   the TP group after the backward (`TrainSpec.sequence_norm`, reductions.py), as Megatron does.
 # Pipeline stages pass the sequence slice (B, T / tp, C) from stage to stage.
 
 
