@@ -19,6 +19,20 @@ dropped, the median over all kept steps of all rounds reported. Labelled among t
 - suggested (1 device): the same from a single-process profile (one thread).
 
 Targets: suggested >= 0.97 x the best split of the sweep, and >= 1.10 x uniform.
+
+    python benchmarks/layout_payoff.py --vpp 2 [--rounds 3]
+
+The same model at PP 2 with two chunks per stage: a profile of the default (uniform round-robin)
+layout, then `suggest --virtual-pipeline-parallel 2 --profile ... --json` (time only), and the
+memory-aware suggestion with a budget just under the time-only layout's modelled peak (the next
+point of the step-time / peak front). Timed side by side with an enumerated set of chunk layouts
+(round-robin under Interleaved1F1B, V-shaped under ZBVZeroBubble, one custom order under GPipe),
+configurations alternating within rounds: tokens/s per layout, the model's predicted step time
+beside the measured one and their rank correlation (Spearman). Then both suggestions are run
+again with `--profile_layers` for each stage's measured peak (parameters + gradients + AdamW
+state + the most saved-for-backward bytes held at once) beside the modelled one.
+Targets: suggested >= 0.97 x the best of the set and >= 1.10 x the round-robin default by median
+tokens/s; modelled peaks within 15% of the measured ones.
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from bench_common import PYTHON, REPO, header, median
+from bench_common import PYTHON, REPO, header, machine, median
 from harness.layout import PipelineLayout
 
 
@@ -73,11 +87,160 @@ def torchrun(args: list[str]) -> None:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{done.stderr[-3000:]}")
 
 
-def suggest(files: list[Path]) -> dict:
-    done = subprocess.run([PYTHON, "-m", "harness.layout.suggest", "--pipeline-parallel", "2",
-                           "--profile", *map(str, files), "--json"],
-                          cwd=REPO, capture_output=True, text=True, check=True)
+def suggest(files: list[Path], *extra: str) -> dict:
+    cmd = [PYTHON, "-m", "harness.layout.suggest", "--pipeline-parallel", "2",
+           "--profile", *map(str, files), "--json", *extra]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{done.stderr[-2000:]}")
     return json.loads(done.stdout)
+
+
+def tokens_per_s(out: Path, warmup: int) -> list[float]:
+    steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines() if x]
+    return [s["tokens_per_s"] for s in steps[warmup:]]
+
+
+def timed_rounds(a, configs: list, flags, out_dir, name, checkpoint: Path, tokens: Path):
+    """Every configuration trained `a.rounds` times, alternating within each round (the order
+    rotates and reverses between rounds): (kept tokens/s samples, per-round medians) of each."""
+    samples: dict = {x: [] for x in configs}
+    per_round: dict = {x: [] for x in configs}
+    for r in range(a.rounds):
+        order = configs[r % len(configs):] + configs[:r % len(configs)]
+        if r % 2:
+            order.reverse()
+        for config in order:
+            out = out_dir(config, r)
+            torchrun([*trainer_args(a, checkpoint, tokens, a.steps), "--pipeline_parallel", "2",
+                      *flags(config), "--output_dir", str(out)])
+            kept = tokens_per_s(out, a.warmup)
+            samples[config] += kept
+            per_round[config].append(median(kept))
+        print(f"  round {r + 1} ({machine()}): "
+              + ", ".join(f"{name(x)} {per_round[x][-1]:.0f}" for x in configs), flush=True)
+    return samples, per_round
+
+
+# The enumerated set of PP 2 x vpp 2 chunk layouts of 8 layers (round-robin, V-shaped, custom).
+CHUNK_LAYOUTS = ["0:2,1:2,0:2,1:2", "0:3,1:2,0:3,1:0", "0:3,1:3,0:2,1:0", "0:2,1:3,0:3,1:0",
+                 "0:3,1:2,0:2,1:1", "0:2,1:2,1:2,0:2", "0:1,1:3,1:4,0:0", "0:1,1:0,1:7,0:0",
+                 "0:0,1:0,1:8,0:0", "0:2,1:2,1:4,0:0", "0:7,0:0,1:1,1:0"]
+
+
+def rank_correlation(a: list[float], b: list[float]) -> float:
+    """Spearman's rho: the Pearson correlation of the ranks (ties get their mean rank)."""
+    import numpy as np
+
+    def ranks(x):
+        x = np.asarray(x, dtype=float)
+        order = np.argsort(x, kind="stable")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=float)
+        for value in np.unique(x):
+            tie = x == value
+            r[tie] = r[tie].mean()
+        return r
+
+    return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
+
+
+def vpp_sweep(a, tmp: Path, checkpoint: Path, tokens: Path) -> None:
+    from harness.layout.profile import read_step_profile
+    from harness.layout.schedules import SCHEDULES_FOR_KIND, chunk_order_kind
+    from harness.layout.step_model import StepModel
+
+    prof = tmp / "profile-vpp" / "layers.jsonl"
+    torchrun([*trainer_args(a, checkpoint, tokens, a.profile_steps), "--pipeline_parallel", "2",
+              "--virtual_pipeline_parallel", "2", "--profile_layers", str(prof),
+              "--output_dir", str(tmp / "profile-vpp")])
+    files = sorted(prof.parent.glob("layers.rank*.jsonl"))
+    common = ("--virtual-pipeline-parallel", "2", "--optimizer", "adamw")
+    timed = suggest(files, *common)
+    front = timed["front"]
+    lower = [e for e in front if max(e["stage_peaks_mb"]) < max(timed["stage_peaks_mb"]) - 0.05]
+    budget = round(max(lower[0]["stage_peaks_mb"]) + 0.05, 1) if lower else None
+    aware = suggest(files, *common, "--memory-budget-mb", str(budget)) if budget else timed
+    profile = read_step_profile(files)
+    model = StepModel(profile.costs, 2, profile.microbatches, "adamw")
+    print(f"# vpp 2 profile (per microbatch, ms): layers "
+          f"{', '.join(f'{f + b:.1f}' for f, b in zip(profile.costs.forward, profile.costs.backward))}; "
+          f"E {sum(profile.costs.embedding):.1f}, L {sum(profile.costs.lm_head):.1f}; "
+          f"{profile.microbatches} microbatches", flush=True)
+    print(f"# time-only suggestion: {timed['flag']} ({timed['schedule']}), modelled peaks "
+          f"{', '.join(f'{p:.1f}' for p in timed['stage_peaks_mb'])} MB", flush=True)
+    print(f"# memory-aware, --memory-budget-mb {budget}: {aware['flag']} ({aware['schedule']}), "
+          f"modelled peaks {', '.join(f'{p:.1f}' for p in aware['stage_peaks_mb'])} MB", flush=True)
+
+    layouts = list(dict.fromkeys([*CHUNK_LAYOUTS[:a.max_layouts], timed["chunk_layout"],
+                                  aware["chunk_layout"]]))
+    labels = {layouts[0]: ["round-robin default"]}
+    labels.setdefault(timed["chunk_layout"], []).append("suggested")
+    labels.setdefault(aware["chunk_layout"], []).append(f"memory-aware ({budget} MB)")
+
+    def predicted(layout: str) -> tuple[str, float]:
+        chunks = [tuple(map(int, c.split(":"))) for c in layout.split(",")]
+        stages = tuple(s for s, _ in chunks)
+        name = SCHEDULES_FOR_KIND[chunk_order_kind(stages, 2)][0]
+        return name, model.evaluate([n for _, n in chunks], stages, name).step_time
+
+    samples, per_round = timed_rounds(
+        a, layouts, lambda x: ["--pipeline_chunk_layout", x],
+        lambda x, r: tmp / f"vpp-{x.replace(':', '_').replace(',', '-')}-{r}",
+        lambda x: x, checkpoint, tokens)
+
+    tps = {x: median(v) for x, v in samples.items()}
+    top = {x: max(v) for x, v in samples.items()}  # the least disturbed step of all rounds
+    ranking = sorted(layouts, key=lambda x: -tps[x])
+    best, default = tps[ranking[0]], tps[layouts[0]]
+    step_tokens = a.batch_size * a.sequence_length * a.microbatches
+    rows, measured_ms, fastest_ms, predicted_ms = [], [], [], []
+    for x in ranking:
+        name, ms = predicted(x)
+        measured_ms.append(step_tokens / tps[x] * 1e3)
+        fastest_ms.append(step_tokens / top[x] * 1e3)
+        predicted_ms.append(ms)
+        rows.append([x, name, ", ".join(labels.get(x, [])), f"{tps[x]:.0f}",
+                     " ".join(f"{v:.0f}" for v in per_round[x]), f"{tps[x] / default:.3f}",
+                     f"{tps[x] / best:.3f}", ranking.index(x) + 1, f"{top[x]:.0f}",
+                     f"{ms:.0f}", f"{measured_ms[-1]:.0f}", f"{fastest_ms[-1]:.0f}"])
+    print()
+    print(tabulate(rows, headers=["chunk layout", "schedule", "chosen by", "median tok/s",
+                                  "per-round medians", "vs default", "vs best", "rank",
+                                  "best step tok/s", "predicted step ms", "measured step ms (median)",
+                                  "fastest step ms"], disable_numparse=True))
+    chosen = timed["chunk_layout"]
+    print(f"\nrank correlation (Spearman) of predicted and measured step time over {len(layouts)} "
+          f"layouts: {rank_correlation(predicted_ms, measured_ms):.3f} (median steps), "
+          f"{rank_correlation(predicted_ms, fastest_ms):.3f} (fastest steps)")
+    print(f"by best step: suggested {top[chosen] / max(top.values()):.3f} x best, "
+          f"{top[chosen] / top[layouts[0]]:.3f} x round-robin default")
+    print(f"suggested {chosen}: rank {ranking.index(chosen) + 1} of {len(layouts)}; "
+          f"{tps[chosen] / best:.3f} x best (target >= 0.97: "
+          f"{'met' if tps[chosen] / best >= 0.97 else 'MISSED'}), {tps[chosen] / default:.3f} x "
+          f"round-robin default (target >= 1.10: {'met' if tps[chosen] / default >= 1.10 else 'MISSED'})")
+
+    # Memory: each suggestion once more with the profiler on, for its measured stage peaks.
+    rows = []
+    for name, s in (("time-only", timed), (f"memory-aware ({budget} MB)", aware)):
+        out = tmp / f"memory-{name.split()[0]}"
+        torchrun([*trainer_args(a, checkpoint, tokens, 4), "--pipeline_parallel", "2",
+                  "--pipeline_chunk_layout", s["chunk_layout"], "--profile_layers",
+                  str(out / "layers.jsonl"), "--output_dir", str(out)])
+        measured = read_step_profile(sorted(out.glob("layers.rank*.jsonl"))).stage_memory
+        for stage, modelled in enumerate(s["stage_peaks_mb"]):
+            m = measured[stage]
+            total = sum(m[k] for k in ("parameter_bytes", "gradient_bytes", "optimizer_bytes",
+                                       "peak_activation_bytes")) / 2 ** 20
+            rows.append([name, s["chunk_layout"], stage, f"{modelled:.1f}", f"{total:.1f}",
+                         f"{modelled / total - 1:+.1%}", f"{m['peak_activation_bytes'] / 2 ** 20:.1f}",
+                         f"{m['held_activation_bytes'] / 2 ** 20:.1f}" if m.get("held_activation_bytes") is not None else "-",
+                         f"{m['allocator_peak_bytes'] / 2 ** 20:.1f}" if m["allocator_peak_bytes"] else "-"])
+    print()
+    print(tabulate(rows, headers=["layout", "chunk layout", "stage", "modelled peak MB",
+                                  "measured peak MB", "modelled vs measured",
+                                  "measured activations MB", "held after step MB",
+                                  "CUDA allocator peak MB"], disable_numparse=True))
 
 
 def main() -> None:
@@ -92,11 +255,21 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--profile_steps", type=int, default=6)
+    p.add_argument("--vpp", type=int, choices=(1, 2), default=1,
+                   help="2: the chunk-layout sweep (PP 2 x vpp 2) and the memory comparison")
+    p.add_argument("--max_layouts", type=int, default=len(CHUNK_LAYOUTS),
+                   help="with --vpp 2: time only the first N of the enumerated set (a smoke run)")
     a = p.parse_args()
     n = a.layers
-    header(f"layout payoff: GPT-2 {n} layers, width {a.width}, vocab {a.vocab}, PP=2 on CPU")
+    header(f"layout payoff: GPT-2 {n} layers, width {a.width}, vocab {a.vocab}, PP=2"
+           f"{' x vpp 2' if a.vpp == 2 else ''} on CPU")
     tmp = Path(tempfile.mkdtemp(prefix="layout_payoff_"))
     checkpoint, tokens = make_model(tmp, a.vocab, n, a.width, a.sequence_length)
+    if a.vpp == 2:
+        if n != 8:
+            raise SystemExit("--vpp 2 times an enumerated set of 8-layer chunk layouts; expected --layers 8")
+        vpp_sweep(a, tmp, checkpoint, tokens)
+        return
 
     # Our workflow: profile the uniform split at PP=2 (and, for comparison, on one device).
     prof = tmp / "profile" / "layers.jsonl"
@@ -110,7 +283,7 @@ def main() -> None:
                     *trainer_args(a, checkpoint, tokens, a.profile_steps),
                     "--profile_layers", str(single)], cwd=REPO, check=True, capture_output=True,
                    env={**os.environ, "OMP_NUM_THREADS": "1"})
-    one_suggestion = suggest([single])
+    one_suggestion = suggest([single], "--any-profile-shape")
     e, l = param_costs(a.vocab, n, a.width, a.sequence_length)
     labels: dict[tuple, list[str]] = {}
 
@@ -132,23 +305,9 @@ def main() -> None:
               f"-> {s['flag']}", flush=True)
 
     splits = [(k, n - k) for k in range(1, n)]
-    samples: dict[tuple, list[float]] = {s: [] for s in splits}
-    per_round: dict[tuple, list[float]] = {s: [] for s in splits}
-    for r in range(a.rounds):
-        order = splits[r % len(splits):] + splits[:r % len(splits)]
-        if r % 2:
-            order.reverse()
-        for split in order:
-            out = tmp / f"run-{split[0]}-{split[1]}-{r}"
-            torchrun([*trainer_args(a, checkpoint, tokens, a.steps), "--pipeline_parallel", "2",
-                      "--pipeline_layer_partition", f"{split[0]},{split[1]}",
-                      "--output_dir", str(out)])
-            steps = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines() if x]
-            kept = [s["tokens_per_s"] for s in steps[a.warmup:]]
-            samples[split] += kept
-            per_round[split].append(median(kept))
-        print(f"  round {r + 1}: " + ", ".join(f"{s[0]},{s[1]} {per_round[s][-1]:.0f}"
-                                              for s in splits), flush=True)
+    samples, per_round = timed_rounds(
+        a, splits, lambda x: ["--pipeline_layer_partition", f"{x[0]},{x[1]}"],
+        lambda x, r: tmp / f"run-{x[0]}-{x[1]}-{r}", lambda x: f"{x[0]},{x[1]}", checkpoint, tokens)
 
     tps = {s: median(v) for s, v in samples.items()}
     top = {s: max(v) for s, v in samples.items()}  # the least disturbed step of all rounds

@@ -24,6 +24,10 @@ Solvers compared, each on the same seeded random costs:
 "slowest / opt" is each answer's slowest stage divided by the true optimum, computed exactly
 (Fractions): 1 means optimal. The optimum is brute force where it ran, else ours (exact by
 construction and by the property tests; brute force agrees wherever both ran).
+
+Then the chunk-layout search for vpp > 1 (`harness.layout.chunk_search`): seconds per search at
+sizes up to 64 layers on pp 8 x vpp 4 (the issue's bound: under 1 s) and beyond, and the local
+search's gap to the exact one on random small problems, with and without a memory budget.
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ import numpy as np
 from tabulate import tabulate
 
 from bench_common import header, median
-from harness.layout import balance_stages
+from harness.layout import LayerCosts, balance_stages
+from harness.layout.chunk_search import search_chunks
+from harness.layout.step_model import StepCosts, StepModel
 
 SIZES = [(8, 2), (12, 4), (16, 4), (24, 6), (64, 8), (128, 16), (256, 32), (512, 8), (512, 64),
          (1024, 16), (1024, 64)]
@@ -229,12 +235,78 @@ def _family_rows(family: str, kind: str, count: int) -> list:
     return rows
 
 
+CHUNK_SIZES = [(8, 2, 2, 8), (16, 4, 2, 8), (32, 4, 4, 8), (64, 8, 4, 16), (128, 8, 8, 16)]
+
+
+def chunk_costs(n: int, rng: random.Random, memory: bool) -> StepCosts:
+    """Layer times around 1 with a head of 2-8 layers; with memory, MB-sized figures."""
+    mb = 2 ** 20
+    forward = tuple(rng.uniform(0.5, 2.0) for _ in range(n))
+    extra = {}
+    if memory:
+        extra = dict(activation=tuple(rng.uniform(1, 3) * mb for _ in range(n)),
+                     parameters=tuple(rng.uniform(2, 4) * mb for _ in range(n)),
+                     embedding_memory=(0.1 * mb, 8 * mb), lm_head_memory=(6 * mb, 8 * mb))
+    return StepCosts(forward, tuple(2 * f * rng.uniform(0.8, 1.2) for f in forward), (0.2, 0.4),
+                     (rng.uniform(1, 6), rng.uniform(2, 12)), **extra)
+
+
+def chunk_speed_table(repeats: int) -> None:
+    rng = random.Random(11)
+    rows = []
+    for n, pp, vpp, m in CHUNK_SIZES:
+        costs = StepCosts.from_layer_costs(LayerCosts(tuple(rng.uniform(1, 2) for _ in range(n)), 3, 2 * n / pp))
+        model = StepModel(costs, pp, m)
+        result, t = timed(lambda: search_chunks(model, vpp), (), repeats)
+        default = model.evaluate([n // (pp * vpp)] * (pp * vpp), [g % pp for g in range(pp * vpp)],
+                                 "Interleaved1F1B")
+        rows.append([n, pp, vpp, m, "exact" if result.exhaustive else "local", len(result.evaluated),
+                     f"{t:.3f}", result.best.schedule, f"{default.step_time / result.best.step_time:.3f}"])
+        print(f"  done {n} x {pp} x {vpp}", flush=True)
+    print(tabulate(rows, headers=["layers", "pp", "vpp", "microbatches", "search", "layouts simulated",
+                                  "seconds", "schedule", "predicted speed-up vs round-robin"],
+                   disable_numparse=True))
+
+
+def chunk_gap_table(count: int) -> None:
+    """Local search / exact search on random small problems (pp 2 and 3, vpp 2)."""
+    rng = random.Random(3)
+    free, bound, misses = [], [], 0
+    for _ in range(count):
+        pp = rng.choice((2, 3))
+        n = rng.randint(5, 9 if pp == 2 else 7)
+        model = StepModel(chunk_costs(n, rng, True), pp, rng.choice((4, 6, 8)), "adamw")
+        exact, local = (search_chunks(model, 2, exhaustive=e) for e in (True, False))
+        free.append(local.best.step_time / exact.best.step_time)
+        budget = (exact.best.max_peak + exact.tightest.max_peak) / 2
+        exact_b, local_b = (search_chunks(model, 2, budget=budget, exhaustive=e) for e in (True, False))
+        if exact_b.best is not None:
+            if local_b.best is None:
+                misses += 1
+            else:
+                bound.append(local_b.best.step_time / exact_b.best.step_time)
+    rows = [["no budget", count, sum(r > 1 + 1e-12 for r in free), f"{median(free):.4f}", f"{max(free):.4f}", "-"],
+            ["budget between fastest and leanest", count, sum(r > 1 + 1e-12 for r in bound),
+             f"{median(bound):.4f}", f"{max(bound):.4f}", misses]]
+    print(tabulate(rows, headers=["problems", "n", "local worse than exact", "median local/exact",
+                                  "max local/exact", "fit missed by local"], disable_numparse=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="sizes up to 128 layers, 1000 cases")
     parser.add_argument("--cases", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--chunks-only", action="store_true", help="only the chunk-layout search tables")
+    parser.add_argument("--gap-cases", type=int, default=40)
     args = parser.parse_args()
+    if args.chunks_only:
+        header("chunk-layout search (vpp > 1): speed, and the local search's gap to the exact one")
+        print("\n## seconds per search\n", flush=True)
+        chunk_speed_table(max(1, args.repeats // 2))
+        print("\n## local search / exact search, random small problems\n", flush=True)
+        chunk_gap_table(args.gap_cases)
+        return
     header("solver: ours vs InfiniTrain-style DP vs DeepSpeed-style max-min vs brute force")
     sizes = [s for s in SIZES if s[0] <= 128] if args.quick else SIZES
     print("\n## time (median ms per solve) and slowest stage / optimum\n", flush=True)
@@ -242,6 +314,10 @@ def main() -> None:
     print("\n## small random cases (3-12 layers, 2-5 stages, random E and L; "
           "truth = brute force)\n")
     random_small_cases(1000 if args.quick else args.cases)
+    print("\n## chunk-layout search: seconds per search\n", flush=True)
+    chunk_speed_table(max(1, args.repeats // 2))
+    print("\n## chunk-layout search: local / exact on random small problems\n", flush=True)
+    chunk_gap_table(args.gap_cases)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,7 @@ TESTS: dict[str, str] = {
     "tests/launch/test_slurm.py::test_scontrol_lines_and_exit_codes_parse": UNIT,
     "tests/launch/test_slurm.py::test_without_slurm_the_reason_is_given": UNIT,
     "tests/layout/test_bounds.py::test_the_old_memory_errors_are_layout_errors_under_a_memory_limit": SUBPROCESS,
+    "tests/layout/test_chunk_search.py::test_local_search_gap_to_the_exact_search": HEAVY,
     "tests/layout/test_layout.py::test_invariants": HEAVY,
     "tests/layout/test_layout.py::test_json_and_chunk_layout_round_trip": HEAVY,
     "tests/layout/test_layout.py::test_megatron_round_trip": HEAVY,

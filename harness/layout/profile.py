@@ -37,8 +37,8 @@ from .step_model import StepCosts, split_total
 RECORD_FORMAT = "harness.layer_timing/1"
 MEMORY_FORMAT = "harness.stage_memory/1"
 MEMORY_FIELDS = ("activation_bytes", "parameter_bytes")
-STAGE_FIELDS = ("peak_activation_bytes", "parameter_bytes", "gradient_bytes", "optimizer_bytes",
-                "allocator_peak_bytes")
+STAGE_FIELDS = ("peak_activation_bytes", "held_activation_bytes", "parameter_bytes", "gradient_bytes",
+                "optimizer_bytes", "allocator_peak_bytes")
 SPECIAL = ("embedding", "lm_head")
 _INFINITRAIN = re.compile(r"TransformerLayer\.(\d+)$")
 

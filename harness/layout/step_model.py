@@ -78,6 +78,7 @@ class Evaluation:
     schedule: str
     step_time: float
     peaks: tuple[float, ...] | None  # modelled peak bytes per stage; None: no memory figures
+    rank_busy: tuple[float, ...] = ()  # compute time per stage
 
     @property
     def chunk_layout(self) -> str:
@@ -120,7 +121,7 @@ class StepModel:
                                         self.costs.lm_head_memory)
             peaks = tuple(sum(par[g] for g in range(len(sizes)) if stages[g] == s) * self.state_factor
                           + peak_in_flight(orders[s], act) for s in range(self.pp))
-        return Evaluation(sizes, stages, schedule, sim.step_time, peaks)
+        return Evaluation(sizes, stages, schedule, sim.step_time, peaks, sim.rank_busy)
 
     @staticmethod
     def _chunk_sums(sizes, first: list[float], second: list[float], head: tuple[float, float],

@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         chunked = (args.virtual_pipeline_parallel > 1 or args.memory_budget_mb is not None or args.front
                    or args.schedule is not None)
         if chunked:
+            _check_schedule_shape(args.schedule, args.pipeline_parallel, args.virtual_pipeline_parallel)
             costs, microbatches = _step_costs(args)
             report = suggest_chunks(costs, args.pipeline_parallel, args.virtual_pipeline_parallel, microbatches,
                                     args.schedule, args.memory_budget_mb, args.optimizer)

@@ -471,18 +471,23 @@ def throughput(groups: list[LayoutGroup]) -> list[str]:
                      f"uniform layout")
         rows = []
         for m in group.members:
+            # Measured and predicted step time (harness.report.throughput.predictions).
+            times = [g(number(m.record.get("step_time_ms"))),
+                     g(group.predicted_ms[m.name]) if m.name in group.predicted_ms else NA]
             if m is base:
                 rows.append([f"`{m.name}`", m.layout, m.vpp, whole(m.tokens_per_s),
                              spread_text(m.record), "1.000", "–", "–",
-                             group.baseline_kind, m.status])
+                             group.baseline_kind, *times, m.status])
                 continue
             j = judge(base.record, m.record, group.ratio(m))
             rows.append([f"`{m.name}`", m.layout, m.vpp, whole(m.tokens_per_s),
                          spread_text(m.record), f"{j.ratio:.3f}", percent(j.ratio),
-                         j.band_text, j.verdict, m.status])
-        lines += [f"### {group.title}", "", f"tokens/s {note}.", "",
+                         j.band_text, j.verdict, *times, m.status])
+        lines += [f"### {group.title}", "", f"tokens/s {note}. Predicted step time: the layout "
+                  f"model's, from {group.costs_source}, scaled through the baseline's measured one.", "",
                   *table(rows, ["case", "layout", "VPP", "tokens/s", "spread", "ratio",
-                                "change", "noise band", "verdict", "status"]), ""]
+                                "change", "noise band", "verdict", "step ms", "predicted step ms",
+                                "status"]), ""]
     return lines
 
 

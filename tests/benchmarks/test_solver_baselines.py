@@ -27,3 +27,11 @@ def test_baselines_against_brute_force():
             assert bench.exact_slowest(solver(costs, pp, e, l), costs, e, l) == opt
         counts = bench.max_minus_min(costs, pp, e, l)
         assert len(counts) == pp and sum(counts) == n and min(counts) >= 1
+
+
+def test_chunk_tables_run_on_tiny_sizes(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "CHUNK_SIZES", [(8, 2, 2, 4)])
+    bench.chunk_speed_table(1)
+    bench.chunk_gap_table(2)
+    out = capsys.readouterr().out
+    assert "predicted speed-up vs round-robin" in out and "fit missed by local" in out
