@@ -70,7 +70,7 @@ def records(pytester):
 
 def test_a_pipeline_case_passes_through_torchrun(pytester):
     # One case: torchrun's ~12 s start per process group is the cost; LLaMA 3 and TP through
-    # torchrun are tests/trainer/test_parallel_e2e.py's, the tag's other cases run under the
+    # torchrun are tests/trainer/parallel/test_e2e.py's, the tag's other cases run under the
     # zygote in configs/test_config.json.
     write_config(pytester, CASES)
     result = run(pytester, "--harness-launcher", "torchrun", "-k", "gpt2")  # CPU's default: zygote

@@ -1,5 +1,5 @@
 """The families' torch-free contract (harness.spec.models): registry, clear errors, the name ->
-place rule. The torch side (TrainSpec, the parallel plans): tests/trainer/test_train_specs.py."""
+place rule. The torch side (TrainSpec, the parallel plans): tests/trainer/models/test_train_specs.py."""
 
 from __future__ import annotations
 

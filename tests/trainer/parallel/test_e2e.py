@@ -1,6 +1,6 @@
 """End to end: torchrun on CPU with gloo, every parallel case against the single-device run.
 
-Two torchrun launches of tests/trainer/parallel_driver.py (2 and 4 processes) run every case of
+Two torchrun launches of tests/trainer/parallel/driver.py (2 and 4 processes) run every case of
 the issue's list on GPT-2 and LLaMA 3 in sequence inside one process group each; each case's loss
 at every step and every first-step gradient (gathered dump, single-device names) must match the
 in-process single-device engine at fp32 atol 1e-5. Then true CLI runs through
@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.trainer.parallel_driver import CASES
+from tests.trainer.parallel.driver import CASES
 
 pytestmark = pytest.mark.slow
 
 ATOL = 1e-5
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 
 
@@ -47,7 +47,7 @@ def _torchrun(nproc: int, args: list[str], timeout: int = 300) -> subprocess.Com
 def driver_results(request, tmp_path_factory):
     world = request.param
     out = tmp_path_factory.mktemp(f"driver{world}") / "results.json"
-    proc = _torchrun(world, ["-m", "tests.trainer.parallel_driver", "--world", str(world), "--out", str(out)])
+    proc = _torchrun(world, ["-m", "tests.trainer.parallel.driver", "--world", str(world), "--out", str(out)])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return world, {(r["case"], r["model"]): r for r in json.loads(out.read_text())}
 

@@ -1,7 +1,7 @@
 """Test-only driver: many parallel cases in ONE torchrun launch, each compared in-process with
 the single-device engine on the same weights, tokens and flags.
 
-    torchrun --nproc-per-node 2 -m tests.trainer.parallel_driver --world 2 --out result.json
+    torchrun --nproc-per-node 2 -m tests.trainer.parallel.driver --world 2 --out result.json
 
 Every rank builds the same tiny model weights and token stream from fixed seeds, runs the
 single-device reference (SingleDeviceEngine, SGD) itself, then for each case of this world size
