@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import shlex
+import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -423,7 +424,14 @@ class CaseRunner:
             if problem:
                 if "command:" not in problem:
                     problem += f"\ncommand: {shlex.join(result.argv)}\nlog: {result.stdout}"
+                # The build's folder is deleted by the cache once this raises: its logs are
+                # kept beside the failure text, and the text points there.
+                kept = failure.with_suffix("")
                 failure.parent.mkdir(parents=True, exist_ok=True)
+                if (folder / "logs").is_dir():
+                    shutil.rmtree(kept, ignore_errors=True)
+                    shutil.copytree(folder / "logs", kept / "logs")
+                problem = problem.replace(str(folder), str(kept))
                 failure.write_text(problem)
                 raise ReferenceError(problem)
             if not (folder / "steps.jsonl").is_file():

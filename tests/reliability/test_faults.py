@@ -6,11 +6,13 @@ every finished case, and a next session that recovers."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -130,7 +132,11 @@ def test_a_truncated_checkpoint_is_refused_by_the_real_trainer(pytester, tiny_as
         assert "the reference failed: exit code 2" in record["errors"][0]
         assert f"error: {pytester.path / 'cut.bin'}" in record["errors"][0]
         assert "truncated" in record["errors"][0]
-    assert len(list((session / "reference-failures").iterdir())) == 1  # run once, not per case
+    assert len(list((session / "reference-failures").glob("*.txt"))) == 1  # once, not per case
+    # Every file the failure text names still exists: the build's own folder is gone, its
+    # logs are kept beside the text.
+    named = re.findall(r"(/\S+/logs/\S+)", by_name["cut/gpt2/a"]["errors"][0])
+    assert named and all(Path(p.rstrip(")")).is_file() for p in named), named
     assert not [p for p in (pytester.path / "out" / "reference-cache").iterdir()
                 if not p.name.endswith(".lock")]  # nothing cached
     assert "Traceback" not in result.stdout.str()
