@@ -7,6 +7,7 @@ import math
 import shlex
 import shutil
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -269,9 +270,12 @@ class CaseRunner:
             timings.lease_wait_s = time.time() - t
             spec.slots = slots
             spec.port = free_port(self.settings.session_dir / "ports")
-            record.devices = slots
+            record.devices = slots or None  # none under a scheduler: the job's are unknown
             result = self._launch(spec)
-        timings.run_s = result.duration_s
+        timings.run_s = result.run_s
+        if result.job is not None:
+            timings.queue_s = result.job.queue_s
+            record.job = asdict(result.job)
         record.command = list(result.argv)
         record.returncode, record.timed_out = result.returncode, result.timed_out
         rank_logs = self._rank_logs(spec, result)
