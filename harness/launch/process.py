@@ -50,7 +50,9 @@ class ProcessResult:
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and self.returncode == 0
+        # A fault is never a good run, whatever the exit code: a job cancelled while still
+        # pending ends with exit code 0.
+        return not self.timed_out and self.returncode == 0 and self.fault is None
 
     @property
     def run_s(self) -> float:
