@@ -19,7 +19,7 @@ from harness.launch.slurm import SlurmScheduler, _exit_code, parse_job
 
 from tests.reliability.checks import alive
 
-from .slurm_cluster import SlurmUnavailable, start_cluster
+from .slurm_cluster import SlurmUnavailable
 
 
 def test_scontrol_lines_and_exit_codes_parse():
@@ -47,21 +47,6 @@ def test_without_slurm_the_reason_is_given(monkeypatch):
     monkeypatch.setenv("HARNESS_SLURM_INSTALL", "0")
     with pytest.raises(SlurmUnavailable, match="slurmctld not installed"):
         slurm_cluster.ensure_installed()
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    """A one-node Slurm cluster for this module, or a skip naming why it cannot start."""
-    started = time.monotonic()
-    try:
-        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
-    except SlurmUnavailable as error:
-        pytest.skip(f"slurm: {error}")
-    except OSError as error:
-        pytest.skip(f"slurm: cannot start the daemons: {error}")
-    cluster.started_s = time.monotonic() - started
-    yield cluster
-    cluster.stop()
 
 
 def _spec(tmp_path, name, world_size=1):

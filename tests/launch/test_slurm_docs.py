@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .test_slurm import slurm  # noqa: F401  (the module's one-node cluster fixture)
-
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "slurm.md"
 SUBSTITUTIONS = {  # as written in the docs -> for this machine's one-node cluster
@@ -65,7 +63,7 @@ def test_the_documented_substitutions_still_match_the_docs():
 
 
 @pytest.mark.slow
-def test_the_nightly_runs_and_its_cancel_step_leaves_no_job(slurm, tmp_path):  # noqa: F811
+def test_the_nightly_runs_and_its_cancel_step_leaves_no_job(slurm, tmp_path):
     env = _env(slurm, tmp_path)
     matrix = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", _script(
         "the matrix, one Slurm job per case")]
