@@ -76,9 +76,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-scheduler", choices=("local", "slurm"), default="local",
                     help="where runs and reference builds go: local device leases (default) "
                          "or one Slurm job each (docs/slurm.md)")
-    group.addoption("--harness-slurm-args", default="", metavar="ARGS",
-                    help="extra sbatch arguments for every job, e.g. "
-                         "'--partition=gpu --account=nightly'")
     group.addoption("--harness-calibrate", type=int, default=None, metavar="K",
                     help="measure this machine's noise: every reference key runs K times in "
                          "all (K >= 3) and the worst scale-free errors of the repeats and of "
@@ -87,6 +84,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-reference-cache-max-gb", type=float, default=20.0, metavar="GB",
                     help="bound on the reference cache; least recently used entries are "
                          "evicted at session end (default 20; 0: no bound)")
+
+
+# Its value starts with "--", and argparse takes a lone word that starts with "--" for an option
+# ("expected one argument"), so `--harness-slurm-args '--partition=x'` would be refused by the
+# parse pytest makes right after loading plugins. The option is therefore declared after that
+# parse, with `--harness-slurm-args VALUE` joined into `--harness-slurm-args=VALUE` first.
+SLURM_ARGS = "--harness-slurm-args"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> None:
+    args[:] = join_option_value(args, SLURM_ARGS)
+    parser.getgroup("harness").addoption(
+        SLURM_ARGS, default="", metavar="ARGS",
+        help="extra sbatch arguments for every job, e.g. '--partition=gpu --account=nightly' "
+             "or one word, '--partition=gpu'")
+
+
+def join_option_value(args: list[str], option: str) -> list[str]:
+    """args with every `option VALUE` pair as the one word `option=VALUE`."""
+    joined, index = [], 0
+    while index < len(args):
+        if args[index] == option and index + 1 < len(args):
+            joined.append(f"{option}={args[index + 1]}")
+            index += 2
+            continue
+        if args[index] == "--":  # what follows is not options
+            joined.extend(args[index:])
+            break
+        joined.append(args[index])
+        index += 1
+    return joined
 
 
 def _named_configs(config: pytest.Config) -> list[Path]:

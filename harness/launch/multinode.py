@@ -24,7 +24,9 @@ read from the end names the first failing rank).
 
 Faults: when one agent fails the others get AGENT_GRACE_S to finish on their own (their ranks
 see the dead peer) and are then killed with their process groups; an agent ended by a signal
-is reported as a lost node (ProcessResult.fault). Nothing is left running on any way out.
+is reported as a lost node (ProcessResult.fault). Each agent runs under its own reaper
+(harness.launch.process), so the ranks of a lost agent, which torchrun started in sessions of
+their own, are ended with it: nothing is left running on any way out.
 
 Under Slurm (`--harness-scheduler slurm`, harness.launch.slurm) the same agent commands run
 one per allocated node, with the first node of the allocation as the rendezvous host.
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .process import ProcessResult, _kill_group
+from .process import ProcessResult, end, start
 
 AGENT_GRACE_S = 15.0
 _GLOBAL_RANKS = re.compile(r"group_rank=(\d+).*?global_ranks=\[([\d,\s]*)\]", re.S)
@@ -114,11 +116,12 @@ def placement_problem(world_size: int, settings, foreign: bool, what: str = "it"
 
 class _NoLeases:
     """Under a scheduler the devices are the job's (Slurm allocates them): nothing to lease
-    here, so the session never holds a lock while a job waits in the queue."""
+    here, so the session never holds a lock while a job waits in the queue, and no device is
+    named that was never leased."""
 
     @contextmanager
     def lease(self, count: int, timeout_s: float | None = None) -> Iterator[list[int]]:
-        yield list(range(count))
+        yield []
 
 
 def case_leases(settings):
@@ -205,9 +208,7 @@ def run_agents(argvs: list[list[str]], envs: list[dict], timeout_s: float, log_d
             out = open(log_dir / f"launcher.node{node}.stdout", "wb")
             err = open(log_dir / f"launcher.node{node}.stderr", "wb")
             files += [out, err]
-            procs.append(subprocess.Popen([str(a) for a in argv], env=env,
-                                          stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                          start_new_session=True))
+            procs.append(start(argv, env, out, err))
         deadline = started + timeout_s
         grace_end = None
         while len(ended) < len(procs):
@@ -228,7 +229,7 @@ def run_agents(argvs: list[list[str]], envs: list[dict], timeout_s: float, log_d
             time.sleep(0.1)
     finally:
         for proc in procs:
-            _kill_group(proc.pid, proc)
+            end(proc)
         for handle in files:
             handle.close()
     codes = [proc.returncode for proc in procs]

@@ -1,7 +1,11 @@
-"""Run one command in its own session (process group), with a timeout that ends the whole group.
+"""Starting and ending the processes of a run: the one place that does either.
 
-torchrun and every rank it starts share the launcher's process group, so killing the group
-ends a hung or half-crashed job completely; leftovers are killed after a normal exit too.
+Every launched command runs under the reaper (harness.launch.reaper): a child subreaper in a
+session of its own, whose descendants are exactly the run's processes, whatever sessions they
+start (torch 2.13's torchrun starts each rank in a new one). Ending a run is one signal to the
+reaper, which ends every descendant by pid; the reaper's group is killed as well, in case the
+reaper itself was killed. The reaper dies with its parent, so even pytest killed by SIGKILL
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -9,12 +13,26 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-GRACE_S = 5.0
+from .reaper import GRACE_S
+
+REAPER = Path(__file__).with_name("reaper.py")
+
+
+@dataclass(frozen=True)
+class SchedulerJob:
+    """A run that was a scheduler's job (harness.launch.slurm)."""
+    scheduler: str
+    job_id: str | None
+    nodes: int
+    node_list: str | None  # the scheduler's name for the nodes it ran on
+    queue_s: float | None  # submitted -> started; None when it never started
+    run_s: float | None  # started -> ended
 
 
 @dataclass(frozen=True)
@@ -28,30 +46,81 @@ class ProcessResult:
     # A launch-level fault in one line, over the exit code (a lost node, a cancelled or
     # never-started scheduler job: harness.launch.multinode / harness.launch.slurm).
     fault: str | None = None
+    job: SchedulerJob | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and self.returncode == 0
+        # A fault is never a good run, whatever the exit code: a job cancelled while still
+        # pending ends with exit code 0.
+        return not self.timed_out and self.returncode == 0 and self.fault is None
+
+    @property
+    def run_s(self) -> float:
+        """The run alone: a scheduler job's time in the queue left out."""
+        if self.job is not None and self.job.run_s is not None:
+            return self.job.run_s
+        return self.duration_s
 
 
-def _kill_group(pgid: int, process: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, GRACE_S)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
+def reaped(argv: Sequence[str], exit_file: Path | None = None) -> list[str]:
+    """argv run under the reaper, for this process as its parent."""
+    extra = ["--exit-file", str(exit_file)] if exit_file else []
+    return [sys.executable, "-I", "-S", str(REAPER), "--parent", str(os.getpid()), *extra, "--",
+            *map(str, argv)]
+
+
+def start(argv: Sequence[str], env: Mapping[str, str], stdout, stderr, stdin=subprocess.DEVNULL,
+          cwd: str | os.PathLike | None = None, exit_file: Path | None = None) -> subprocess.Popen:
+    """argv under a reaper of its own, in a new session; end it with `end`."""
+    return subprocess.Popen(reaped(argv, exit_file), env=dict(env), cwd=cwd, stdin=stdin,
+                            stdout=stdout, stderr=stderr, start_new_session=True)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send sig to the process group; False when the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def end_group(pgid: int, grace_s: float = GRACE_S) -> None:
+    """SIGTERM the group, then SIGKILL what is left of it after grace_s."""
+    if not signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
             return
+        time.sleep(0.02)
+    signal_group(pgid, signal.SIGKILL)
+
+
+def end(process: subprocess.Popen, grace_s: float = GRACE_S) -> int | None:
+    """End a process `start` began, with every process of its run; returns its exit code.
+
+    SIGTERM to the reaper ends its whole tree (SIGTERM, SIGKILL after grace_s); past twice
+    grace_s the reaper's own group is killed too. Safe to call on a finished process."""
+    if process.poll() is None:
         try:
-            process.wait(timeout=wait)
+            process.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(timeout=2 * grace_s + 1)
         except subprocess.TimeoutExpired:
-            continue
-        # The leader is gone; give the rest of the group a moment, then check again.
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
+            pass
+    signal_group(process.pid, signal.SIGKILL)  # the reaper's session: nothing of it may stay
+    return process.wait()
 
 
 def run_process(argv: Sequence[str], env: Mapping[str, str], timeout_s: float,
@@ -63,16 +132,14 @@ def run_process(argv: Sequence[str], env: Mapping[str, str], timeout_s: float,
     started = time.monotonic()
     timed_out = False
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
-        process = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
-                                   stdout=out, stderr=err, start_new_session=True)
-        pgid = process.pid  # start_new_session: the child leads its own group
+        process = start(argv, env, out, err, cwd=cwd)
         try:
             returncode = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
             returncode = None
         finally:  # every way out, KeyboardInterrupt included: never leave ranks behind
-            _kill_group(pgid, process)
+            end(process)
     return ProcessResult(argv, returncode, timed_out, time.monotonic() - started, stdout, stderr)
 
 

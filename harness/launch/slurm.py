@@ -2,23 +2,28 @@
 
 Each run (a case's, or a reference build, still once per key: the reference cache's file lock
 lives on the shared folder) becomes one batch job sized from its NodePlan
-(harness.launch.multinode): `--nodes N --ntasks-per-node 1`, and per node `--gpus-per-node P`
-on CUDA or `--cpus-per-task P` on CPU, `--time` from --harness-timeout, `--no-requeue` (a failed job is reported, never rerun
-behind the harness's back), plus --harness-slurm-args. The job script runs `srun` with one task per node, each
-`python -m harness.launch.slurm <logs>/job.json`, which fills in the node's part of the
-command and execs it: a torchrun agent per node for the bundled trainer (c10d rendezvous on
-the allocation's first node, port 20000 + job id % 10000, the case's rendezvous id), the
-trainer itself for one process, a command template's command as it is. Outputs and logs go
-to the run's folder in the session folder, which must be on a filesystem every node sees;
-each node's output is `logs/launcher.node<i>.stdout|stderr`, merged into the run's
-launcher logs as for local agents, so records, rank logs and failure diagnosis are the local
-ones.
+(harness.launch.multinode): `--nodes N --ntasks-per-node 1 --cpus-per-task P`, plus
+`--gpus-per-node P` on CUDA, `--time` from --harness-timeout, `--no-requeue` (a failed job is
+reported, never rerun behind the harness's back), then --harness-slurm-args. Every job is named
+`harness` (JOB_NAME; the case is its `--comment`), so `scancel --user "$USER" --name harness`
+ends them all. The job script runs `srun` with one task per node, each `python -m
+harness.launch.slurm <logs>/job.json`, which fills in the node's part of the command and runs
+it under a reaper (harness.launch.reaper) that ends whatever it leaves and writes the node's
+exit code: a torchrun agent per node for the bundled trainer (c10d rendezvous on the
+allocation's first node, on a port that node's kernel hands out, shared through the run
+folder), the trainer itself for one process, a command template's command as it is. Outputs
+and logs go to the run's folder in the session folder, which must be on a filesystem every
+node sees; each node's output is `logs/launcher.node<i>.stdout|stderr`, merged into the run's
+launcher logs as for local agents (the first failing node last), so records, rank logs and
+failure diagnosis are the local ones.
 
 The submitting process polls `scontrol show job` and reports faults as such (ProcessResult.fault):
-a job still pending past the timeout ("never started", with Slurm's reason), a job cancelled
-by someone else, a node lost (NODE_FAIL), Slurm's own time limit; a run past --harness-timeout
-is cancelled (scancel) and reported as timed out. On every way out, an interrupt included, a
-job that has not ended is cancelled and waited for: no job is left behind.
+a job still pending past the timeout ("never started", with Slurm's reason), one whose pending
+reason says it never can start (NEVER_STARTS: cancelled at once), a job cancelled by someone
+else, a node lost (NODE_FAIL), Slurm's own time limit; a run past --harness-timeout is
+cancelled (scancel) and reported as timed out. On every way out, an interrupt or SIGTERM
+included, a job that has not ended is cancelled and waited for: no job is left behind. The
+result carries the job (ProcessResult.job: id, nodes, time queued apart from time run).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import re
 import shlex
 import subprocess
@@ -42,11 +48,24 @@ from .multinode import (
     rdzv_id,
     write_nodes_record,
 )
-from .process import ProcessResult
+from .process import ProcessResult, SchedulerJob
+from .reaper import exit_as, supervise
 
 POLL_S = 1.0
 CANCEL_WAIT_S = 60.0
-PORT_BASE = 20000
+PORT_WAIT_S = 300.0
+JOB_NAME = "harness"  # every job's name: `scancel --user "$USER" --name harness` ends them all
+# Pending reasons that no wait can cure: the job's shape exceeds a limit of its partition, QOS
+# or association, or names something that does not exist. Such a job is cancelled at once.
+NEVER_STARTS = {
+    "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount",
+    "InvalidQOS", "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit",
+    "QOSMaxCpuPerJobLimit", "QOSMaxGRESPerJob", "AssocMaxNodesPerJobLimit",
+    "AssocMaxWallDurationPerJobLimit", "AssocMaxCpuPerJobLimit", "AssocMaxGRESPerJob",
+}
+# srun's own line for a task that failed, in the job script's output
+_SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (Exited with exit code (\d+)|"
+                        r"Killed|Terminated|.*)")
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "PREEMPTED",
          "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
 STARTED = {"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT"}
@@ -64,6 +83,9 @@ class SlurmScheduler:
     poll_s: float = POLL_S
     env: dict[str, str] | None = None  # the environment sbatch / scontrol see (default: ours)
     submitted: list[str] = field(default_factory=list)
+    # What the last `run` saw of its job: scontrol's fields, and (queue_s, run_s).
+    last_info: dict = field(default_factory=dict)
+    times: tuple[float | None, float | None] = (None, None)
 
     @classmethod
     def from_settings(cls, settings) -> "SlurmScheduler":
@@ -101,10 +123,14 @@ class SlurmScheduler:
 
     def sbatch_argv(self, spec, plan: NodePlan, script: Path) -> list[str]:
         minutes = max(1, math.ceil(self.timeout_s / 60) + 1)
-        per_node = ([f"--gpus-per-node={plan.nproc_per_node}"] if spec.device == "cuda"
-                    else [f"--cpus-per-task={plan.nproc_per_node}"])
-        name = re.sub(r"[^A-Za-z0-9_./-]+", "-", f"harness:{spec.case}")[:120]
-        return ["sbatch", "--parsable", f"--job-name={name}", f"--nodes={plan.nodes}",
+        # At least a CPU per rank on CUDA too: Slurm's default of one CPU a task would put all
+        # of a node's ranks on one core (more: --harness-slurm-args --cpus-per-task=N, later wins).
+        per_node = [f"--cpus-per-task={plan.nproc_per_node}"]
+        if spec.device == "cuda":
+            per_node.insert(0, f"--gpus-per-node={plan.nproc_per_node}")
+        comment = re.sub(r"[^A-Za-z0-9_./:-]+", "-", spec.case)[:200]
+        return ["sbatch", "--parsable", f"--job-name={JOB_NAME}", f"--comment={comment}",
+                f"--nodes={plan.nodes}",
                 "--ntasks-per-node=1", *per_node, f"--time={minutes}", "--no-requeue",
                 f"--output={spec.log_dir}/slurm-%j.out", f"--chdir={os.getcwd()}",
                 *self.extra_args, str(script)]
@@ -134,6 +160,7 @@ class SlurmScheduler:
         (log_dir / "slurm-job").write_text(job + "\n")
         fault, timed_out, returncode = None, False, None
         ended = False
+        self.last_info, self.times = {}, (None, None)
         try:
             fault, timed_out, returncode, ended = self._follow(job, started)
         finally:
@@ -141,13 +168,30 @@ class SlurmScheduler:
                 self.cancel(job)
         return self._result(spec, plan, template, returncode, started, timed_out, fault, job)
 
+    def _times(self, info: dict, submitted: float, running_since: float | None,
+               ended: float) -> tuple[float | None, float | None]:
+        """(queue_s, run_s): Slurm's own Submit / Start / End times where it gives them (whole
+        seconds), else what the polling saw."""
+        submit, start, end = (_slurm_time(info.get(k)) for k in ("SubmitTime", "StartTime",
+                                                                  "EndTime"))
+        started = info.get("JobState") in ENDED | STARTED and start is not None
+        if submit is not None and started:
+            run = end - start if end is not None and end >= start else None
+            return max(0.0, start - submit), run
+        if running_since is None:
+            return None, None
+        return running_since - submitted, ended - running_since
+
     def _follow(self, job: str, submitted: float):
         """Wait for the job: (fault, timed_out, returncode, ended)."""
         running_since = None
         while True:
             info = self.job_info(job)
+            if not info.get("_gone"):
+                self.last_info = info
             state = info.get("JobState", "UNKNOWN")
             now = time.monotonic()
+            self.times = self._times(self.last_info, submitted, running_since, now)
             if state in ENDED or info.get("_gone"):
                 return (*self._verdict(job, info), True)
             if state in STARTED:
@@ -162,6 +206,12 @@ class SlurmScheduler:
                 return (f"node lost: Slurm job {job} was requeued after it started (now "
                         f"{state}, reason: {info.get('Reason', '?')}); it was cancelled",
                         False, None, True)
+            elif info.get("Reason") in NEVER_STARTS:
+                reason = info["Reason"]
+                self.cancel(job)
+                return (f"Slurm job {job} can never start: {state} (reason: {reason}: the job's "
+                        f"shape is over a limit of its partition, QOS or account); it was "
+                        f"cancelled at once", False, None, True)
             elif now - submitted > self.pending_timeout_s:
                 reason = info.get("Reason", "?")
                 self.cancel(job)
@@ -216,22 +266,25 @@ class SlurmScheduler:
     def _result(self, spec, plan, template, returncode, started, timed_out, fault,
                 job: str | None = None) -> ProcessResult:
         log_dir = spec.log_dir
-        stdout, stderr = merge_node_logs(log_dir, plan.nodes, None)
         batch = log_dir / f"slurm-{job}.out"
-        if batch.is_file() and batch.stat().st_size:
-            with open(stderr, "ab") as out:
-                out.write(f"===== the job script: {batch.name} =====\n".encode())
-                out.write(batch.read_bytes())
         argvs = []
         for node in range(plan.nodes):
             try:
                 argvs.append(json.loads((log_dir / f"launcher.node{node}.argv.json").read_text()))
             except (OSError, ValueError):
                 argvs.append(template)
-        write_nodes_record(log_dir, argvs, [returncode] * plan.nodes, None,
-                           extra={"slurm_job": job})
+        codes, sources, first = node_exit_codes(log_dir, plan.nodes, batch)
+        stdout, stderr = merge_node_logs(log_dir, plan.nodes, first)
+        if batch.is_file() and batch.stat().st_size:
+            with open(stderr, "ab") as out:
+                out.write(f"===== the job script: {batch.name} =====\n".encode())
+                out.write(batch.read_bytes())
+        info, (queue_s, run_s) = self.last_info, self.times
+        write_nodes_record(log_dir, argvs, codes, first,
+                           extra={"slurm_job": job, "returncode_source": sources})
+        record = SchedulerJob("slurm", job, plan.nodes, info.get("NodeList"), queue_s, run_s)
         return ProcessResult(tuple(argvs[0]), returncode, timed_out,
-                             time.monotonic() - started, stdout, stderr, fault=fault)
+                             time.monotonic() - started, stdout, stderr, fault=fault, job=record)
 
 
 def parse_job(text: str) -> dict:
@@ -250,20 +303,95 @@ def _exit_code(text: str) -> int | None:
     return -sig if sig and not code else code
 
 
+def _slurm_time(text: str | None) -> float | None:
+    """A `scontrol` time (2026-12-02T01:23:45, local time) as a Unix time; None for Unknown."""
+    if not text or not re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$", text):
+        return None
+    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+
+
+def node_exit_codes(log_dir: Path, nodes: int, batch: Path):
+    """Each node's exit code, where it came from, and the first node to fail.
+
+    First choice, data: the exit file each node's reaper wrote (`launcher.node<i>.exit.json`,
+    with the time it ended: the first failing node is the earliest). Else srun's per-task line
+    in the job script's output (`srun: error: n1: task 1: Exited with exit code 2`; one task a
+    node). Else unknown (None), and said so: a node that never ran, or was lost with its files.
+    """
+    codes: list[int | None] = [None] * nodes
+    sources = ["unknown"] * nodes
+    ended: dict[int, float] = {}
+    for node in range(nodes):
+        try:
+            data = json.loads((log_dir / f"launcher.node{node}.exit.json").read_text())
+            codes[node], sources[node] = int(data["returncode"]), "node"
+            ended[node] = float(data["ended"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    try:
+        text = batch.read_text(errors="replace")
+    except OSError:
+        text = ""
+    for match in _SRUN_TASK.finditer(text):
+        code = int(match.group(4)) if match.group(4) else -9 if match.group(3) == "Killed" else -15
+        for task in _task_list(match.group(2)):
+            if task < nodes and codes[task] is None:
+                codes[task], sources[task] = code, "srun"
+    failing = [n for n in range(nodes) if codes[n] not in (None, 0)]
+    timed = [n for n in failing if n in ended]
+    first = min(timed, key=ended.get) if timed else (failing[0] if failing else None)
+    return codes, sources, first
+
+
+def _task_list(text: str) -> list[int]:
+    tasks = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        tasks.extend(range(int(low), int(high or low) + 1))
+    return tasks
+
+
+def rendezvous_port(log_dir: Path, node: str, wait_s: float = PORT_WAIT_S) -> int:
+    """The job's rendezvous port: the first node takes a free one from its kernel and writes
+    it to `<logs>/rdzv-port` (the run folder is on a filesystem every node sees); the others
+    read it. A port the kernel handed out is in no one else's use, 29500 included."""
+    path = log_dir / "rdzv-port"
+    if node == "0":
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        scratch = path.with_suffix(".tmp")
+        scratch.write_text(f"{port}\n")
+        os.replace(scratch, path)
+        return port
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return int(path.read_text())
+        except (OSError, ValueError):
+            if time.monotonic() > deadline:
+                raise SlurmError(f"{path}: node 0 never wrote the rendezvous port "
+                                 f"({wait_s:g} s)") from None
+            time.sleep(0.2)
+
+
 def node_main(job_file: str) -> None:
-    """On each node (an srun task): fill in this node's command and exec it."""
+    """On each node (an srun task): fill in this node's command and run it under a reaper,
+    which ends every process it leaves (Slurm's proctrack/linuxproc loses the ranks torchrun
+    starts in sessions of their own) and writes the node's exit code as data."""
     job = json.loads(Path(job_file).read_text())
     node = os.environ.get("SLURM_NODEID", "0")
     head = os.environ.get("HARNESS_RDZV_HOST") or "127.0.0.1"
-    port = PORT_BASE + int(os.environ.get("SLURM_JOB_ID", "0")) % 10000
-    argv = [a.replace("{head}", head).replace("{port}", str(port)).replace("{node}", node)
-            for a in job["command"]]
     log_dir = Path(job_file).parent
+    template = job["command"]
+    port = rendezvous_port(log_dir, node) if any("{port}" in a for a in template) else 0
+    argv = [a.replace("{head}", head).replace("{port}", str(port)).replace("{node}", node)
+            for a in template]
     (log_dir / f"launcher.node{node}.argv.json").write_text(json.dumps(argv))
     if job.get("cwd"):
         os.chdir(job["cwd"])
     sys.stdout.flush()
-    os.execvp(argv[0], argv)
+    exit_as(supervise(argv, str(log_dir / f"launcher.node{node}.exit.json")))
 
 
 if __name__ == "__main__":

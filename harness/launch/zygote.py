@@ -54,7 +54,8 @@ import traceback
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .process import GRACE_S, ProcessResult
+from .process import GRACE_S, ProcessResult, end_group, signal_group
+from .reaper import become_subreaper, die_with_parent, end_descendants
 
 READY_TIMEOUT_S = 300.0
 # Imported once in the zygote; anything missing (a module being refactored) is skipped, and is
@@ -87,7 +88,6 @@ PRELOAD = (
 _STARTUP_EXEMPT = {"PYTHONUNBUFFERED"}
 _STARTUP_PREFIXES = ("PYTHON", "LD_", "MALLOC_")
 TRAINER_MAIN = Path(__file__).resolve().parents[1] / "trainer" / "__main__.py"
-_PR_SET_PDEATHSIG = 1
 
 
 def startup_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -112,12 +112,7 @@ def command(world_size: int, port: int | None, log_dir: Path, trainer_args: Sequ
 # ---------------------------------------------------------------------- in the forked processes
 
 def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    die_with_parent(signal.SIGKILL)
 
 
 def _default_signals() -> None:
@@ -363,12 +358,14 @@ def serve() -> int:
             try:
                 os.setsid()
                 _die_with_parent()
+                become_subreaper()  # what a rank starts, in any session, stays below the leader
                 _default_signals()
                 _redirect(Path(request["stdout"]), Path(request["stderr"]))
                 code = lead(request)
             except BaseException:
                 traceback.print_exc()
             finally:
+                end_descendants(os.getpid())
                 os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
         replies.write(json.dumps({"pid": pid}) + "\n")
         code = _wait_or_orphaned(pid, stdin)
@@ -391,17 +388,10 @@ def _wait_or_orphaned(pid: int, stdin) -> int | None:
                 os.close(pidfd)
             return os.waitstatus_to_exitcode(status)
         if stdin.fileno() in ready and not stdin.peek(1):  # EOF: the client died
-            _kill_group(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return None
 
-
-def _kill_group(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 # ---------------------------------------------------------------------- the client
@@ -490,7 +480,7 @@ class Zygote:
             try:
                 process.wait(timeout=GRACE_S)
             except subprocess.TimeoutExpired:
-                _kill_group(process.pid, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
                 process.wait()
             process.stdout.close()
         if self._log is not None:
@@ -554,7 +544,7 @@ class Zygote:
             message = self.lines.read(deadline)
             if message is None:  # timed out: end the whole run, as run_process does
                 timed_out = True
-                _end_group(leader)
+                end_group(leader)
                 message = self.lines.read(time.monotonic() + 3 * GRACE_S)
                 clean = message is not None
                 return None, True
@@ -562,22 +552,11 @@ class Zygote:
             return int(message["returncode"]), False
         finally:
             if leader is not None:
-                _end_group(leader)  # leftovers of a finished run, or every way out
+                end_group(leader)  # leftovers of a finished run, or every way out
             if not clean and not timed_out and self.alive():
                 # Interrupted mid-protocol (KeyboardInterrupt): a fresh zygote next time.
                 self.close()
 
-
-def _end_group(pgid: int) -> None:
-    """SIGTERM the group, then SIGKILL what is left after GRACE_S."""
-    if not _kill_group(pgid, signal.SIGTERM):
-        return
-    deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline:
-        if not _kill_group(pgid, 0):
-            return
-        time.sleep(0.02)
-    _kill_group(pgid, signal.SIGKILL)
 
 
 _SHARED: Zygote | None = None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +76,10 @@ class Timings:
     """Seconds spent on each phase; a phase the case did not reach is left out."""
     reference_s: float | None = doc("getting the reference (cache hit or build)", omit_none=True)
     lease_wait_s: float | None = doc("waiting for device slots", omit_none=True)
-    run_s: float | None = doc("the launched run alone", omit_none=True)
+    queue_s: float | None = doc("a scheduler job's time in the queue, submitted to started",
+                                omit_none=True)
+    run_s: float | None = doc("the launched run alone (a scheduler job: started to ended)",
+                              omit_none=True)
     compare_s: float | None = doc("the diff", omit_none=True)
     total_s: float | None = doc("the whole case", omit_none=True)
 
@@ -124,7 +126,10 @@ class ResultRecord:
         "depth; null when that cannot be known")
     layout_text: str | None = doc("the same, as the trainer printed it")
     device: str | None = doc("`cuda` or `cpu`")
-    devices: list | None = doc("the device slots the case leased")
+    devices: list | None = doc("the device slots the case leased (null under a scheduler, "
+                               "whose job's devices are its own)")
+    job: dict | None = doc("the scheduler job that ran the case (null: a local run): "
+                           "`scheduler`, `job_id`, `nodes`, `node_list`, `queue_s`, `run_s`")
     compare: dict | None = doc("`{loss: bool, gradients: bool}`: what was compared")
     tolerances: dict | None = doc(
         "`{loss: {atol, rtol}, gradients: {atol, rtol}}`: a value passes when "

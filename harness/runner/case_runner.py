@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import shlex
+import shutil
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -268,9 +270,12 @@ class CaseRunner:
             timings.lease_wait_s = time.time() - t
             spec.slots = slots
             spec.port = free_port(self.settings.session_dir / "ports")
-            record.devices = slots
+            record.devices = slots or None  # none under a scheduler: the job's are unknown
             result = self._launch(spec)
-        timings.run_s = result.duration_s
+        timings.run_s = result.run_s
+        if result.job is not None:
+            timings.queue_s = result.job.queue_s
+            record.job = asdict(result.job)
         record.command = list(result.argv)
         record.returncode, record.timed_out = result.returncode, result.timed_out
         rank_logs = self._rank_logs(spec, result)
@@ -423,7 +428,14 @@ class CaseRunner:
             if problem:
                 if "command:" not in problem:
                     problem += f"\ncommand: {shlex.join(result.argv)}\nlog: {result.stdout}"
+                # The build's folder is deleted by the cache once this raises: its logs are
+                # kept beside the failure text, and the text points there.
+                kept = failure.with_suffix("")
                 failure.parent.mkdir(parents=True, exist_ok=True)
+                if (folder / "logs").is_dir():
+                    shutil.rmtree(kept, ignore_errors=True)
+                    shutil.copytree(folder / "logs", kept / "logs")
+                problem = problem.replace(str(folder), str(kept))
                 failure.write_text(problem)
                 raise ReferenceError(problem)
             if not (folder / "steps.jsonl").is_file():

@@ -62,3 +62,23 @@ def launch(tiny_assets, tmp_path):
 
     run.backend = backend
     return run
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A one-node Slurm cluster (tests/launch/slurm_cluster.py) for this worker's session, or a
+    skip naming why it cannot start."""
+    import time
+
+    from .slurm_cluster import SlurmUnavailable, start_cluster
+
+    started = time.monotonic()
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    except SlurmUnavailable as error:
+        pytest.skip(f"slurm: {error}")
+    except OSError as error:
+        pytest.skip(f"slurm: cannot start the daemons: {error}")
+    cluster.started_s = time.monotonic() - started
+    yield cluster
+    cluster.stop()

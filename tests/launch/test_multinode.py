@@ -20,6 +20,7 @@ from harness.launch.multinode import (
     plan_nodes,
     run_agents,
 )
+from tests.reliability.checks import alive
 
 
 def settings(slots=2, nnodes=1, nproc_per_node=None, scheduler="local"):
@@ -63,27 +64,25 @@ def test_global_ranks_and_rank_logs_follow_the_rendezvous(tmp_path):
     assert logs["1"][0].read_text() == "node 0" and logs["0"][0].read_text() == "node 1"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_a_lost_node_is_reported_and_no_agent_is_left(tmp_path):
     pids = tmp_path / "pids"
     survivor = [sys.executable, "-c",
                 f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); "
                 "time.sleep(120)"]
-    lost = [sys.executable, "-c", "import os, signal, time; time.sleep(0.5); "
-            "os.kill(os.getpid(), signal.SIGKILL)"]
+    # The lost agent's rank, started in a session of its own as torch 2.13's torchrun does:
+    # killing the agent's process group does not reach it; its reaper must.
+    orphan = tmp_path / "orphan"
+    lost = [sys.executable, "-c", "import os, signal, subprocess, sys, time; "
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
+            f"start_new_session=True); open({str(orphan)!r}, 'w').write(str(c.pid)); "
+            "time.sleep(0.5); os.kill(os.getpid(), signal.SIGKILL)"]
     # Stopped by the lost node, not the 60 s timeout (how fast: benchmarks/timing_bounds.py).
     result = run_agents([survivor, lost], [dict(os.environ)] * 2, 60, tmp_path, grace_s=1.0)
+    assert not alive(int(orphan.read_text()))
     assert result.fault == ("node 1 lost: its torchrun agent was killed by SIGKILL; the other "
                             "agents were stopped")
     assert not result.ok and not result.timed_out
-    assert all(not _alive(int(p)) for p in pids.read_text().split())
+    assert all(not alive(int(p)) for p in pids.read_text().split())
     record = json.loads((tmp_path / "nodes.json").read_text())
     assert record["first_failure"] == 1 and record["nodes"][1]["returncode"] == -9
     merged = (tmp_path / "launcher.stdout").read_text()

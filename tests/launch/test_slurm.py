@@ -17,7 +17,9 @@ from harness.launch import CommandBackend, LaunchSpec
 from harness.launch.multinode import NodePlan
 from harness.launch.slurm import SlurmScheduler, _exit_code, parse_job
 
-from .slurm_cluster import SlurmUnavailable, start_cluster
+from tests.reliability.checks import alive
+
+from .slurm_cluster import SlurmUnavailable
 
 
 def test_scontrol_lines_and_exit_codes_parse():
@@ -33,6 +35,8 @@ def test_jobs_are_sized_from_the_case(tmp_path):
     argv = SlurmScheduler(900, 900, ("--partition=gpu",)).sbatch_argv(
         spec, NodePlan(2, 8), tmp_path / "job.sh")
     assert "--nodes=2" in argv and "--gpus-per-node=8" in argv and "--time=16" in argv
+    assert "--cpus-per-task=8" in argv  # a CPU per rank on CUDA too
+    assert "--job-name=harness" in argv and "--comment=slurm/fake/sized" in argv
     assert argv[-2:] == ["--partition=gpu", str(tmp_path / "job.sh")]
 
 
@@ -43,21 +47,6 @@ def test_without_slurm_the_reason_is_given(monkeypatch):
     monkeypatch.setenv("HARNESS_SLURM_INSTALL", "0")
     with pytest.raises(SlurmUnavailable, match="slurmctld not installed"):
         slurm_cluster.ensure_installed()
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    """A one-node Slurm cluster for this module, or a skip naming why it cannot start."""
-    started = time.monotonic()
-    try:
-        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
-    except SlurmUnavailable as error:
-        pytest.skip(f"slurm: {error}")
-    except OSError as error:
-        pytest.skip(f"slurm: cannot start the daemons: {error}")
-    cluster.started_s = time.monotonic() - started
-    yield cluster
-    cluster.stop()
 
 
 def _spec(tmp_path, name, world_size=1):
@@ -100,8 +89,43 @@ def test_a_job_runs_and_its_output_comes_back(slurm, tmp_path):
     _, spec, result = _run(slurm, tmp_path, "exit3", backend)
     assert result.returncode == 3 and result.fault is None and not result.timed_out
     assert "hello from the job" in result.stdout.read_text()
-    assert json.loads((spec.log_dir / "nodes.json").read_text())["slurm_job"]
+    nodes = json.loads((spec.log_dir / "nodes.json").read_text())
+    assert nodes["slurm_job"] == result.job.job_id
+    # The node's exit code as its reaper wrote it, not the job's copied to every node.
+    assert nodes["nodes"][0]["returncode"] == 3 and nodes["returncode_source"] == ["node"]
+    assert nodes["first_failure"] == 0
     assert result.argv[0] == sys.executable  # the command the node ran
+    job = result.job
+    assert job.scheduler == "slurm" and job.nodes == 1 and job.node_list == slurm.node
+    assert job.queue_s is not None and job.queue_s >= 0 and job.run_s is not None
+    assert result.run_s == job.run_s <= result.duration_s
+
+
+def test_a_job_shape_that_can_never_start_is_refused_at_once(slurm, tmp_path):
+    started = time.monotonic()
+    scheduler = SlurmScheduler(timeout_s=600, pending_timeout_s=600, poll_s=0.3, env=slurm.env)
+    result = scheduler.run(_sleeper(), _spec(tmp_path, "wide", world_size=2), NodePlan(2, 1))
+    assert time.monotonic() - started < 60  # not the 600 s the queue wait may take
+    assert slurm.jobs() == []
+    assert not result.ok and result.fault
+    assert ("can never start: PENDING (reason: PartitionNodeLimit" in result.fault
+            or "sbatch refused the job" in result.fault), result.fault
+
+
+def test_a_rank_in_its_own_session_is_ended_with_the_job(slurm, tmp_path):
+    """Slurm's proctrack/linuxproc (the test cluster's, and a common one) follows parent links
+    only: a rank torchrun started with start_new_session outlives its agent unless the node's
+    reaper ends it."""
+    pid_file = tmp_path / "orphan.pid"
+    backend = CommandBackend(["{python}", "-c", (
+        "import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', 'import time; "
+        "time.sleep(300)'], start_new_session=True); "
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid))")], version="orphan")
+    _, spec, result = _run(slurm, tmp_path, "orphan", backend)
+    assert result.returncode == 0, result.stderr.read_text()
+    assert not alive(int(pid_file.read_text()))
+    assert "reaper: ended 1 process(es) of the run" in (
+        spec.log_dir / "launcher.node0.stderr").read_text()
 
 
 def test_a_job_pending_past_the_timeout_is_cancelled_and_reported(slurm, tmp_path):
@@ -114,6 +138,23 @@ def test_a_job_pending_past_the_timeout_is_cancelled_and_reported(slurm, tmp_pat
 def test_a_run_past_the_timeout_is_cancelled(slurm, tmp_path):
     _, _, result = _run(slurm, tmp_path, "slow", _sleeper(), timeout_s=3)
     assert result.timed_out and "was cancelled (scancel)" in result.fault
+
+
+def test_a_job_cancelled_while_pending_is_no_good_run(slurm, tmp_path):
+    """Cancelled before it started, a job's exit code is 0: the fault alone says it failed."""
+    cancel = lambda s: _when_pending(s, lambda job: slurm.run("scancel", job))  # noqa: E731
+    _, _, result = _run(slurm, tmp_path, "cancelled-pending", _sleeper(), during=cancel,
+                        extra_args=("--hold",))
+    assert "was cancelled (not by the harness" in result.fault and not result.ok
+
+
+def _when_pending(scheduler, action):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if scheduler.submitted:
+            action(scheduler.submitted[0])
+            return
+        time.sleep(0.1)
 
 
 def test_a_job_cancelled_from_outside_is_reported_as_cancelled(slurm, tmp_path):
@@ -174,7 +215,10 @@ def test_cases_run_through_slurm_with_the_local_verdicts(slurm, pytester, monkey
     passed = records["sl/gpt2/pp2"]
     assert passed["environment"]["world_size"] == 2 and sorted(passed["logs"]["ranks"]) == ["0", "1"]
     logs = Path(passed["output_dir"]) / "logs"
-    assert json.loads((logs / "nodes.json").read_text())["slurm_job"]
+    assert json.loads((logs / "nodes.json").read_text())["slurm_job"] == passed["job"]["job_id"]
+    assert passed["devices"] is None  # Slurm's devices, never leased here
+    assert passed["job"]["nodes"] == 1 and passed["timings"]["queue_s"] >= 0
+    assert passed["timings"]["run_s"] == passed["job"]["run_s"]
     reference = Path(passed["reference"]["path"]) / "logs"
     assert (reference / "slurm-job").is_file()  # the reference was a job too
     assert slurm.jobs() == []

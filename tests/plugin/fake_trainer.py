@@ -125,14 +125,18 @@ def main():
             stream.write("Traceback (most recent call last):\n  File \"fake\", line 1\n"
                          "RuntimeError: planted crash on the last rank\n")
         sys.exit(3)
+    # The children play ranks as torch 2.13's torchrun starts them: each in a session of its
+    # own, out of reach of a kill of the trainer's process group (harness.launch.reaper).
     if "hang" in mode:
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                 start_new_session=True)
         record("pids", {"case": args.case, "pid": child.pid, "child": True})
         (out / "child.pid").write_text(str(child.pid))
         time.sleep(600)
     if "sigkill" in mode:
         for rank in range(1, args.world_size):
-            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                     start_new_session=True)
             record("pids", {"case": args.case, "pid": child.pid, "child": True})
         os.kill(os.getpid(), signal.SIGKILL)
     if "slow" in mode:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -33,10 +34,17 @@ def launched_pids(records: Path) -> dict[int, str]:
     return {r["pid"]: r["case"] for r in jsonl(records / "pids.jsonl")}
 
 
-def assert_no_process_left(records: Path) -> int:
+def assert_no_process_left(records: Path, within_s: float = 0.0) -> int:
+    """Every pid the fake trainer recorded is gone (within_s: how long a reaper whose parent
+    was killed may take to end them)."""
     pids = launched_pids(records)
     assert pids, "the fake trainer recorded no pids"
-    left = {pid: case for pid, case in pids.items() if alive(pid)}
+    deadline = time.monotonic() + within_s
+    while True:
+        left = {pid: case for pid, case in pids.items() if alive(pid)}
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
     assert not left, f"processes left behind: {left}"
     return len(pids)
 

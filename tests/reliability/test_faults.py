@@ -6,18 +6,19 @@ every finished case, and a next session that recovers."""
 from __future__ import annotations
 
 import json
-import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.plugin.conftest import fake_config, harness_args
 
-from .checks import alive, assert_leases_free, assert_no_process_left, jsonl, results, the_session
+from .checks import assert_leases_free, assert_no_process_left, jsonl, results, the_session
 
 FAULTS = {  # case id -> (status, what the failure text says)
     "ok": ("passed", None),
@@ -131,28 +132,43 @@ def test_a_truncated_checkpoint_is_refused_by_the_real_trainer(pytester, tiny_as
         assert "the reference failed: exit code 2" in record["errors"][0]
         assert f"error: {pytester.path / 'cut.bin'}" in record["errors"][0]
         assert "truncated" in record["errors"][0]
-    assert len(list((session / "reference-failures").iterdir())) == 1  # run once, not per case
+    assert len(list((session / "reference-failures").glob("*.txt"))) == 1  # once, not per case
+    # Every file the failure text names still exists: the build's own folder is gone, its
+    # logs are kept beside the text.
+    named = re.findall(r"(/\S+/logs/\S+)", by_name["cut/gpt2/a"]["errors"][0])
+    assert named and all(Path(p.rstrip(")")).is_file() for p in named), named
     assert not [p for p in (pytester.path / "out" / "reference-cache").iterdir()
                 if not p.name.endswith(".lock")]  # nothing cached
     assert "Traceback" not in result.stdout.str()
     assert_leases_free(session)
 
 
+def _finished(pytester, case: str) -> bool:
+    return any(r["name"] == f"fake/gpt2/{case}"
+               for r in jsonl(next((pytester.path / "out" / "sessions").glob("*/results.jsonl"),
+                                   pytester.path / "none")))
+
+
 AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
                       "os.execv(sys.argv[1], sys.argv[1:])")
 
 
-@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sent, workers", [(signal.SIGINT, 0), (signal.SIGTERM, 0),
+                                           (signal.SIGTERM, 2)],
+                         ids=["SIGINT", "SIGTERM", "SIGTERM-n2"])
 def test_sigint_mid_case_ends_the_run_and_keeps_finished_results(pytester, harness_dir, records,
-                                                                  sent):
-    """Ctrl-C, and SIGTERM (what `timeout` sends, what CI escalates to), handled alike."""
-    harness_dir(fake_config([{"id": "ok", "args": {}}, {"id": "hang", "args": {}},
+                                                                  sent, workers):
+    """Ctrl-C, and SIGTERM (what `timeout` sends, what CI escalates to), handled alike; under
+    xdist the signal goes to the controller alone, as `timeout` sends it."""
+    hangs = ("hang", "hang-too") if workers else ("hang",)
+    harness_dir(fake_config([{"id": "ok", "args": {}}, *({"id": h, "args": {}} for h in hangs),
                              {"id": "after", "args": {}}]))
     # The session starts as from a terminal, SIGINT at its default. A process started in the
     # background by a non-interactive shell (as CI runners start `.ci/run`) inherits SIGINT
     # *ignored*, and Python keeps an ignored SIGINT ignored: Ctrl-C would then never reach it.
+    xdist = ["-n", str(workers)] if workers else []
     command = [sys.executable, "-c", AS_FROM_A_TERMINAL, sys.executable, "-m", "pytest",
-               *harness_args(pytester, "--harness-timeout", "120")]
+               *harness_args(pytester, "--harness-timeout", "120", *xdist)]
     session_process = subprocess.Popen(command, cwd=pytester.path, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True)
     try:
@@ -161,8 +177,8 @@ def test_sigint_mid_case_ends_the_run_and_keeps_finished_results(pytester, harne
         # (killing the hung group: up to 2 x GRACE_S each for SIGTERM and SIGKILL) and writing
         # the report once took over 60 s.
         deadline = time.monotonic() + 240
-        while not any(r.get("child") and r["case"].endswith("/hang")
-                      for r in jsonl(records / "pids.jsonl")):
+        while {r["case"].rsplit("/", 1)[1] for r in jsonl(records / "pids.jsonl")
+               if r.get("child")} < set(hangs) or not _finished(pytester, "ok"):
             assert time.monotonic() < deadline, "the hang case never started"
             assert session_process.poll() is None, session_process.stdout.read()
             time.sleep(0.1)
@@ -177,10 +193,34 @@ def test_sigint_mid_case_ends_the_run_and_keeps_finished_results(pytester, harne
     session = the_session(pytester.path / "out")
     by_name = results(session)
     assert by_name["fake/gpt2/ok"]["status"] == "passed"
-    assert "fake/gpt2/after" not in by_name
+    assert not set(by_name) & {f"fake/gpt2/{h}" for h in hangs}
+    if not workers:
+        assert "fake/gpt2/after" not in by_name
     assert_no_process_left(records)
     assert_leases_free(session)
     # The next session recovers: the reference built before the interrupt is reused.
     result = pytester.runpytest(*harness_args(pytester, "-k", "ok or after"))
     result.assert_outcomes(passed=2)
     assert all(r["reference"]["built"] is False for r in results(the_session(pytester.path / "out")).values())
+
+
+def test_pytest_killed_leaves_no_process_behind(pytester, harness_dir, records):
+    """SIGKILL to pytest runs no handler at all: the run's reaper dies with its parent
+    (PR_SET_PDEATHSIG) and ends the run's processes, each checked by pid."""
+    harness_dir(fake_config([{"id": "ok", "args": {}}, {"id": "hang", "args": {}}]))
+    session_process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *harness_args(pytester, "--harness-timeout", "120")],
+        cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while not any(r.get("child") for r in jsonl(records / "pids.jsonl")):
+            assert time.monotonic() < deadline, "the hang case never started"
+            assert session_process.poll() is None
+            time.sleep(0.1)
+    finally:
+        session_process.kill()
+        session_process.wait()
+    assert_no_process_left(records, within_s=20)
+    session = the_session(pytester.path / "out")
+    assert results(session)["fake/gpt2/ok"]["status"] == "passed"  # what finished is kept
+    assert_leases_free(session)
