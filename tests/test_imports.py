@@ -60,19 +60,12 @@ def test_device_settings_without_a_gpu_driver_do_not_load_torch(tmp_path):
 import ast  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import pytest  # noqa: E402
-
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 
 # Cycles other engineers' files still hold: each entry is the cycle's modules and why it is
 # allowed for now. test_the_known_cycles_are_gone is expected to fail while one is there
 # (xfail, strict): once it passes, delete the entry.
-KNOWN_CYCLES = {
-    frozenset({"harness.launch.multinode", "harness.launch.slurm"}):
-        "slurm.py imports multinode.py's launch pieces at module level and multinode.py "
-        "imports SlurmScheduler inside a function (harness/launch is another engineer's, "
-        "issue 23 item 1)",
-}
+KNOWN_CYCLES: dict[frozenset, str] = {}
 
 
 def _module_name(path: Path) -> str:
@@ -182,8 +175,8 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 
 def test_the_graph_sees_function_level_imports_and_implicit_packages():
     graph = import_graph()
-    # multinode.py imports SlurmScheduler inside a function
-    assert "harness.launch.slurm" in graph["harness.launch.multinode"]
+    # multinode.py imports DeviceLeases inside a function
+    assert "harness.launch.leases" in graph["harness.launch.multinode"]
     # a family's plan imports harness.trainer.parallel.tensor_parallel, which runs the package
     plan = graph["harness.trainer.models.gpt2.parallelize"]
     assert {"harness.trainer.parallel", "harness.trainer.parallel.tensor_parallel"} <= plan
@@ -192,9 +185,3 @@ def test_the_graph_sees_function_level_imports_and_implicit_packages():
 def test_no_import_cycles_among_harness_modules():
     cycles = [sorted(c) for c in import_cycles(import_graph()) if c not in KNOWN_CYCLES]
     assert not cycles, f"import cycles: {cycles}"
-
-
-@pytest.mark.xfail(strict=True, reason="; ".join(KNOWN_CYCLES.values()))
-def test_the_known_cycles_are_gone():
-    cycles = set(import_cycles(import_graph()))
-    assert not set(KNOWN_CYCLES) & cycles, "a known import cycle is still there"

@@ -160,23 +160,6 @@ def agent_environment(backend, spec, slots: list[int]) -> dict[str, str]:
     return env
 
 
-def launch_placed(backend, spec, settings) -> ProcessResult | None:
-    """Run `spec` as its placement says: None when it is one ordinary local launch (the
-    caller launches it), else the result of its local agents or of its Slurm job."""
-    if not placed(settings):
-        return None
-    plan = plan_nodes(spec.world_size, settings)
-    if isinstance(plan, str):  # skip_reason refuses these before a launch
-        raise ValueError(f"{spec.case}: cannot place {spec.world_size} ranks: {plan}")
-    if scheduler(settings) == "slurm":
-        from .slurm import SlurmScheduler
-
-        return SlurmScheduler.from_settings(settings).run(backend, spec, plan)
-    if plan.nodes == 1:
-        return None
-    return run_local_agents(backend, spec, plan, settings.timeout_s)
-
-
 def run_local_agents(backend, spec, plan: NodePlan, timeout_s: float,
                      host: str = "127.0.0.1") -> ProcessResult:
     """The run as plan.nodes torchrun agents on this machine, each with its share of the
@@ -337,5 +320,5 @@ def environment_without_slots(env: dict[str, str]) -> dict[str, str]:
             if k not in ("CUDA_VISIBLE_DEVICES", "HARNESS_DEVICE_SLOTS")}
 
 
-__all__ = ["NodePlan", "agent_command", "case_leases", "launch_placed", "node_rank_logs",
+__all__ = ["NodePlan", "agent_command", "case_leases", "node_rank_logs",
            "placement_problem", "plan_nodes", "placed", "run_agents"]

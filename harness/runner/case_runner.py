@@ -23,7 +23,8 @@ from harness.launch import (
     free_port,
 )
 from harness.launch.backends import read_jsonl
-from harness.launch.multinode import case_leases, launch_placed, placed, placement_problem
+from harness.launch.multinode import case_leases, placed, placement_problem
+from harness.launch.placement import launch_placed
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 from harness.results.result_record import Logs, Reference, ResultRecord, Timings
 from harness.reference.golden import (
