@@ -51,6 +51,8 @@ from .multinode import (
 from .process import ProcessResult, SchedulerJob
 from .reaper import exit_as, supervise
 
+JOB_GUARD = Path(__file__).with_name("job_guard.py")
+
 POLL_S = 1.0
 CANCEL_WAIT_S = 60.0
 PORT_WAIT_S = 300.0
@@ -149,6 +151,29 @@ class SlurmScheduler:
         submit = self.sbatch_argv(spec, plan, script)
         submit_env = {**(self.env or os.environ), **env}
         started = time.monotonic()
+        guard = self._guard(submit_env, log_dir)
+        try:
+            return self._submit_and_follow(spec, plan, template, submit, submit_env, started,
+                                           guard)
+        finally:  # the job has ended or was cancelled: the guard has nothing left to do
+            try:
+                guard.stdin.write(b"done\n")
+                guard.stdin.close()
+            except OSError:
+                pass
+            guard.wait()
+
+    @staticmethod
+    def _guard(env: dict, log_dir: Path) -> subprocess.Popen:
+        """harness.launch.job_guard: cancels the job should this process die before it ends."""
+        with open(log_dir / "job_guard.stderr", "ab") as err:
+            return subprocess.Popen([sys.executable, "-I", "-S", str(JOB_GUARD)], env=env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=err, start_new_session=True)
+
+    def _submit_and_follow(self, spec, plan: NodePlan, template, submit, submit_env,
+                           started: float, guard: subprocess.Popen) -> ProcessResult:
+        log_dir = spec.log_dir
         done = subprocess.run(submit, env=submit_env, capture_output=True, text=True, timeout=60)
         if done.returncode != 0 or not done.stdout.strip():
             message = (done.stderr.strip() or done.stdout.strip()).splitlines()
@@ -156,6 +181,8 @@ class SlurmScheduler:
                                 f"sbatch refused the job: {message[-1] if message else '?'} "
                                 f"(command: {shlex.join(submit)})")
         job = done.stdout.strip().split(";")[0]
+        guard.stdin.write(f"job {job}\n".encode())
+        guard.stdin.flush()
         self.submitted.append(job)
         (log_dir / "slurm-job").write_text(job + "\n")
         fault, timed_out, returncode = None, False, None

@@ -6,6 +6,7 @@ the reason, where Slurm cannot start."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -155,6 +156,33 @@ def _when_pending(scheduler, action):
             action(scheduler.submitted[0])
             return
         time.sleep(0.1)
+
+
+def test_a_job_is_cancelled_when_its_submitter_is_killed(slurm, tmp_path):
+    """pytest (or an xdist worker) killed by SIGKILL runs no handler: the job's guard sees its
+    pipe close and cancels the job."""
+    submitter = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+        "from pathlib import Path; "
+        "from harness.launch.multinode import NodePlan; "
+        "from harness.launch.slurm import SlurmScheduler; "
+        "from tests.launch.test_slurm import _sleeper, _spec; "
+        "SlurmScheduler(60, 600, ('--hold',), poll_s=0.3).run("
+        f"_sleeper(), _spec(Path({str(tmp_path)!r}), 'orphaned-job'), NodePlan(1, 1))")
+    process = subprocess.Popen([sys.executable, "-c", submitter], env=slurm.env)
+    try:
+        deadline = time.monotonic() + 60
+        while not slurm.jobs():
+            assert process.poll() is None and time.monotonic() < deadline, "nothing submitted"
+            time.sleep(0.1)
+    finally:
+        process.kill()
+        process.wait()
+    deadline = time.monotonic() + 30
+    while slurm.jobs() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert slurm.jobs() == [], "the job of a killed submitter was left in the queue"
+    assert "the submitter of Slurm job" in next(tmp_path.glob("**/job_guard.stderr")).read_text()
 
 
 def test_a_job_cancelled_from_outside_is_reported_as_cancelled(slurm, tmp_path):
