@@ -6,6 +6,7 @@ the reason, where Slurm cannot start."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -221,7 +222,8 @@ def test_cases_run_through_slurm_with_the_local_verdicts(slurm, pytester, monkey
     shim = pytester.mkdir("shim")
     (shim / "sitecustomize.py").write_text(PLANTED)
     cases = [{"id": "pp2", "args": {"pipeline_parallel": 2}},
-             {"id": "pp2-bug", "args": {"pipeline_parallel": 2}}]
+             {"id": "pp2-bug", "args": {"pipeline_parallel": 2}},
+             {"id": "pp2-crash", "args": {"pipeline_parallel": 2}}]
     (pytester.path / "cases.json").write_text(json.dumps({
         "models": ["gpt2"], "defaults": DEFAULTS, "trainer": {"env": {"PYTHONPATH": str(shim)}},
         "test_groups": [{"tag": "sl", "tests": cases}]}))
@@ -234,10 +236,12 @@ def test_cases_run_through_slurm_with_the_local_verdicts(slurm, pytester, monkey
         "--harness-output", str(out), "--harness-device", "cpu", "--gpus", "2",
         "--harness-timeout", "300", "--harness-scheduler", "slurm", "-p", "no:cacheprovider",
         timeout=900)
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines([
         "*sl/gpt2/pp2-bug: the run differs from the single-device reference*",
         "*gradients: mismatched * parameters*"])
+    # The failing rank named as on one machine, from the node's own exit code and log.
+    result.stdout.fnmatch_lines(["*sl/gpt2/pp2-crash: the run failed: rank 1 of 2 failed first*"])
     records = {r["name"]: r for r in map(json.loads, next(out.glob(
         "sessions/*/results.jsonl")).read_text().splitlines())}
     passed = records["sl/gpt2/pp2"]
@@ -249,4 +253,46 @@ def test_cases_run_through_slurm_with_the_local_verdicts(slurm, pytester, monkey
     assert passed["timings"]["run_s"] == passed["job"]["run_s"]
     reference = Path(passed["reference"]["path"]) / "logs"
     assert (reference / "slurm-job").is_file()  # the reference was a job too
+    crashed = json.loads((Path(records["sl/gpt2/pp2-crash"]["output_dir"]) / "logs" /
+                          "nodes.json").read_text())
+    assert crashed["first_failure"] == 0 and crashed["returncode_source"] == ["node"]
+    assert crashed["nodes"][0]["returncode"] == 1 and records["sl/gpt2/pp2-crash"]["failing_rank"] == "1"
     assert slurm.jobs() == []
+
+
+def test_sigterm_cancels_the_running_job_and_keeps_the_finished(slurm, pytester, monkeypatch):
+    """SIGTERM (what `timeout` and CI send) to a session on Slurm: the finished case is kept,
+    the report command printed, the running job cancelled and waited for, and the trainer's
+    processes on the node ended (by pid)."""
+    from tests.plugin.conftest import fake_config, harness_args
+    from tests.reliability.checks import assert_no_process_left, jsonl
+
+    (pytester.path / "cases.json").write_text(json.dumps(fake_config(
+        [{"id": "ok", "args": {}}, {"id": "hang", "args": {}}])))
+    for name in ("gpt2.bin", "gpt2_tokens.bin", "llama3.bin", "llama3_tokens.bin"):
+        (pytester.path / name).write_bytes(b"dummy" * 8)  # the fake trainer reads none
+    records = pytester.mkdir("records")
+    env = {**slurm.env, "FAKE_RECORD_DIR": str(records)}
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *harness_args(pytester, "--harness-scheduler", "slurm",
+                                                       "--harness-timeout", "120")],
+        cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not any(r.get("child") for r in jsonl(records / "pids.jsonl")):
+            assert session.poll() is None, session.stdout.read()
+            assert time.monotonic() < deadline, "the hang case never started"
+            time.sleep(0.1)
+        assert slurm.jobs(), "the hanging case is no Slurm job"
+        session.send_signal(signal.SIGTERM)
+        out, _ = session.communicate(timeout=240)
+    finally:
+        if session.poll() is None:
+            session.kill()
+    assert session.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "report: python -m harness.report" in out
+    assert slurm.jobs() == [], f"left in the queue: {slurm.jobs()}"
+    assert_no_process_left(records, within_s=10)
+    results = {r["name"]: r for r in jsonl(next((pytester.path / "out").glob(
+        "sessions/*/results.jsonl")))}
+    assert results["fake/gpt2/ok"]["status"] == "passed" and "fake/gpt2/hang" not in results
