@@ -77,7 +77,12 @@ PRELOAD = (
     "harness.trainer.data",
     "harness.spec.llmc",
     "harness.trainer.models",
-    "harness.trainer.parallel",
+    "harness.trainer.models.build",
+    "harness.trainer.models.registry",
+    "harness.trainer.parallel",  # its __init__ imports nothing (no cycle): its modules follow
+    "harness.trainer.parallel.build",
+    "harness.trainer.parallel.engine",
+    "harness.trainer.parallel.tensor_parallel",
     "harness.trainer.gradient_dump",
     "harness.spec.records",
     "harness.trainer.profiling",
