@@ -150,6 +150,7 @@ TESTS: dict[str, str] = {
     "tests/launch/test_multinode.py::test_two_agents_form_one_world_with_the_verdicts_of_one_node": TORCHRUN,
     "tests/launch/test_slurm.py::test_cases_run_through_slurm_with_the_local_verdicts": TORCHRUN,
     "tests/launch/test_slurm.py::test_jobs_are_sized_from_the_case": UNIT,
+    "tests/launch/test_slurm.py::test_node_exit_codes_come_from_the_nodes_then_srun_else_unknown": UNIT,
     "tests/launch/test_slurm_docs.py::test_the_documented_substitutions_still_match_the_docs": UNIT,
     "tests/launch/test_slurm_docs.py::test_the_nightly_runs_and_its_cancel_step_leaves_no_job": TORCHRUN,
     "tests/plugin/test_slurm_args_option.py::test_option_value_pairs_are_joined_and_nothing_else": UNIT,

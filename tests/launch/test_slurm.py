@@ -296,3 +296,20 @@ def test_sigterm_cancels_the_running_job_and_keeps_the_finished(slurm, pytester,
     results = {r["name"]: r for r in jsonl(next((pytester.path / "out").glob(
         "sessions/*/results.jsonl")))}
     assert results["fake/gpt2/ok"]["status"] == "passed" and "fake/gpt2/hang" not in results
+
+
+def test_node_exit_codes_come_from_the_nodes_then_srun_else_unknown(tmp_path):
+    from harness.launch.slurm import node_exit_codes
+
+    (tmp_path / "launcher.node1.exit.json").write_text('{"returncode": 0, "ended": 10.0}')
+    (tmp_path / "launcher.node2.exit.json").write_text('{"returncode": 1, "ended": 12.0}')
+    (tmp_path / "launcher.node3.exit.json").write_text('{"returncode": -6, "ended": 11.0}')
+    batch = tmp_path / "slurm-7.out"
+    batch.write_text("srun: error: n0: task 0: Exited with exit code 2\n"
+                     "srun: error: n2: task 2: Exited with exit code 9\n")  # node 2's own wins
+    codes, sources, first = node_exit_codes(tmp_path, 5, batch)
+    assert codes == [2, 0, 1, -6, None]
+    assert sources == ["srun", "node", "node", "node", "unknown"]
+    assert first == 3  # the earliest of the failing nodes that wrote when they ended
+    assert node_exit_codes(tmp_path / "none", 2, tmp_path / "none.out") == (
+        [None, None], ["unknown", "unknown"], None)
