@@ -112,6 +112,7 @@ MODULES: dict[str, str] = {
     "tests/runner/test_checkpoints.py": UNIT,
     "tests/runner/test_diagnosis.py": UNIT,
     "tests/runner/test_fp64_ratio.py": UNIT,
+    "tests/runner/test_plan_stage.py": UNIT,
     "tests/runner/test_skip_reason.py": UNIT,
     "tests/spec/llmc/test_checkpoint.py": UNIT,
     "tests/spec/llmc/test_tokens.py": UNIT,

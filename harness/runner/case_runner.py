@@ -224,10 +224,11 @@ class CaseRunner:
         if reason:
             return Outcome("skipped", reason)
         checkpoint, input_bin = self.model_files(case.model)
-        if self.foreign:  # the bundled trainer refuses a bad layout itself, on every rank
-            problem = layout_problem(case, self.num_layers(case.model))
-            if problem:
-                return Outcome("error", problem)
+        # A layout that cannot place the model's layers is the config's error, found before
+        # anything launches: launched, it would read as a crash of the run (a regression).
+        problem = layout_problem(case, self.num_layers(case.model))
+        if problem:
+            return Outcome("error", problem)
         try:  # the scale-free thresholds: the defaults, or this machine's calibration
             relative, record.calibration = session_thresholds(self, case)
         except CalibrationError as error:  # unreadable, or its noise is above the ceiling

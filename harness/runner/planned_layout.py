@@ -40,8 +40,8 @@ def layout_from_flags(case: Case, num_layers: int | None) -> dict | None:
 
 def layout_problem(case: Case, num_layers: int | None) -> str | None:
     """Why the case's layout flags cannot place the model's layers (harness.layout's one-line
-    message, naming the flag and the value), or None. Checked before a foreign trainer is
-    launched, so a bad layout is refused by the harness, not found out by the run."""
+    message, naming the flag and the value), or None. Checked before any trainer is launched,
+    so a bad layout is a config error, never a failed run."""
     if num_layers is None:
         return None
     from harness.layout import LayoutError
