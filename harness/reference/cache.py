@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 from filelock import FileLock
 
+from harness.spec.records import STEPS_NAME
+
 MARKER = "COMPLETE.json"
 MARKER_FORMAT = "harness.reference/1"
 LAST_USED = "LAST_USED"
@@ -76,7 +78,7 @@ class ReferenceEntry:
 
     @property
     def steps_file(self) -> Path:
-        return self.path / "steps.jsonl"
+        return self.path / STEPS_NAME
 
     @property
     def gradients_dir(self) -> Path:
@@ -129,7 +131,7 @@ class ReferenceCache:
             marker = json.loads((path / MARKER).read_text())
             if marker.get("format") != MARKER_FORMAT or marker.get("key") != key:
                 return None
-            if "steps.jsonl" not in marker["files"]:
+            if STEPS_NAME not in marker["files"]:
                 return None
             for rel, expected in marker["files"].items():
                 file = path / rel

@@ -23,6 +23,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.spec.records import STEPS_NAME
+
 from .cache import ReferenceEntry, ReferenceError, key_digest
 
 GOLDEN_FORMAT = "harness.golden/1"
@@ -95,7 +97,7 @@ class GoldenStore:
         scratch = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         scratch.mkdir(parents=True)
         try:
-            shutil.copy2(reference.steps_file, scratch / "steps.jsonl")
+            shutil.copy2(reference.steps_file, scratch / STEPS_NAME)
             if reference.gradients_dir.is_dir():
                 shutil.copytree(reference.gradients_dir, scratch / "gradients")
             (scratch / GOLDEN_FILE).write_text(json.dumps({

@@ -17,8 +17,8 @@ from pathlib import Path
 from harness.results.records import FIELDS, READABLE_FORMATS, RESULT_FORMAT, STATUSES
 from harness.results.session import HEADER_NAME  # optional; docs/results_format.md
 from harness.results.session import SESSION_FORMAT as HEADER_FORMAT
+from harness.spec.records import RESULTS_NAME, scan_jsonl
 
-RESULTS_NAME = "results.jsonl"
 # Keys a report reads that older records (and, until the record type has them, every record)
 # lack: the step number of each loss (harness.report.steps). Null when absent, like any key.
 STEP_FIELDS = ("steps", "reference_steps")
@@ -130,28 +130,23 @@ def _read_file(path: Path, session: Session) -> list[dict]:
     if not path.is_file():
         session.notes.append(f"{path} does not exist: no case recorded a result")
         return []
-    raw = path.read_bytes().decode("utf-8", errors="replace")
-    lines = raw.split("\n")
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        last_unterminated = number == len(lines) and not raw.endswith("\n")
-        problem, record = _parse(line)
+    for line in scan_jsonl(path):
+        problem, record = (_cut(line.problem), None) if line.problem else _parse(line.value)
         if problem:
-            if last_unterminated and problem.startswith("not JSON"):
-                problem = "truncated (the session stopped while writing it)"
-            session.bad_lines.append(BadLine(str(path), number, problem, line[:120]))
+            session.bad_lines.append(BadLine(str(path), line.number, problem, line.text[:120]))
         elif record is not None:
             records.append(record)
     return records
 
 
-def _parse(line: str) -> tuple[str | None, dict | None]:
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as error:
-        return f"not JSON ({error.msg} at column {error.colno})", None
+def _cut(problem: str) -> str:
+    """The report's words for a results line cut short: it is the session that stopped."""
+    return ("truncated (the session stopped while writing it)"
+            if problem.startswith("truncated") else problem)
+
+
+def _parse(data) -> tuple[str | None, dict | None]:
     if not isinstance(data, dict):
         return f"not a record (a JSON {type(data).__name__})", None
     kind = data.get("format")

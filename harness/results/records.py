@@ -1,6 +1,7 @@
 """Every case's result as structured data: one JSON object per line in the session's results
-file, appended under a file lock (one write per record, flushed and fsync'ed), so pytest-xdist
-workers never lose or interleave records. `python -m harness.report` reads these files.
+file, appended under a file lock (one write per record, flushed and fsync'ed:
+harness.spec.records.append_jsonl, the one records I/O module), so pytest-xdist workers never
+lose or interleave records. `python -m harness.report` reads these files.
 
 The record itself, its fields and their meanings: harness.results.result_record (ResultRecord,
 FIELDS; docs/results_format.md's key table is generated from it).
@@ -8,12 +9,11 @@ FIELDS; docs/results_format.md's key table is generated from it).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from harness.spec.records import append_jsonl, scan_jsonl
 
 from .result_record import (  # noqa: F401 (re-exported: the names readers import from here)
     FIELDS,
@@ -23,6 +23,9 @@ from .result_record import (  # noqa: F401 (re-exported: the names readers impor
     ResultRecord,
     _clean,
 )
+
+__all__ = ["FIELDS", "READABLE_FORMATS", "RESULT_FORMAT", "STATUSES", "ResultRecord",
+           "ResultsWriter", "junit_properties", "new_record", "read_results"]
 
 
 def new_record(**values: Any) -> dict:
@@ -45,23 +48,18 @@ class ResultsWriter:
             raise ValueError(f"result record has unknown fields {sorted(unknown)}")
         if record.get("status") not in STATUSES:
             raise ValueError(f"result status {record.get('status')!r}; expected one of {STATUSES}")
-        line = json.dumps(_clean(record), sort_keys=False, allow_nan=False) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.path) + ".lock"):
-            with open(self.path, "a") as stream:
-                stream.write(line)
-                stream.flush()
-                os.fsync(stream.fileno())
+        append_jsonl(self.path, _clean(record))
 
 
 def read_results(path: str | os.PathLike) -> list[dict]:
     """Every record of a results file, strictly (a bad format or an unknown key is a ValueError
     naming the file and line), as dicts with every key of FIELDS."""
     records = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if line.strip():
-            typed = ResultRecord.from_json(json.loads(line), where=f"{path}:{number}")
-            records.append(typed.to_json())
+    for line in scan_jsonl(path):
+        where = f"{path}:{line.number}"
+        if line.problem:
+            raise ValueError(f"{where}: {line.problem}")
+        records.append(ResultRecord.from_json(line.value, where=where).to_json())
     return records
 
 

@@ -49,8 +49,8 @@ from harness.compare.calibration import (
 )
 from harness.compare.verdict import RelativeThresholds, relative_thresholds
 from harness.launch import LaunchSpec, free_port
-from harness.launch.backends import read_jsonl
 from harness.spec.flags import ORACLE_DTYPE
+from harness.spec.records import STEPS_NAME, read_jsonl
 
 MEASUREMENTS = "calibration.jsonl"
 FOLDER = "calibration"  # in the session folder: the repeats' runs and their markers
@@ -124,7 +124,7 @@ def measure(runner, case, record, reference, checkpoint: Path, input_bin: Path,
             run_gradients if case.compare.gradients and run_gradients.is_dir() else None,
             reference.gradients_dir, oracle / "gradients",
             list(zip(record.steps or [], record.losses or [])) if case.compare.loss else [],
-            read_jsonl(reference.steps_file), read_jsonl(oracle / "steps.jsonl"))}
+            read_jsonl(reference.steps_file), read_jsonl(oracle / STEPS_NAME))}
     if passed:
         relative = ((record.gradients or {}).get("relative") or {})
         _append(session_dir, {**_identity(runner, case), "kind": "case", "case": case.name,
@@ -304,18 +304,9 @@ def fp64_ratio(run_gradients: Path | None, ref_gradients: Path | None,
 
 
 def read_measurements(session_dir: Path) -> list[dict]:
-    path = Path(session_dir) / MEASUREMENTS
-    if not path.is_file():
-        return []
-    found = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a killed worker: the rest still count
-        if isinstance(entry, dict):
-            found.append(entry)
-    return found
+    # A line cut by a killed worker is left out: the rest still count.
+    return [entry for entry in read_jsonl(Path(session_dir) / MEASUREMENTS)
+            if isinstance(entry, dict)]
 
 
 GROUP = ("trainer", "trainer_version", "device", "dtype")

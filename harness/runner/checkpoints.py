@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.spec.flags import CHECKPOINT_PATH_FLAGS
+from harness.spec.records import scan_jsonl
 
 DONE = ".harness-done.json"  # written beside a `save` root when its run has ended
 POLL_S = 0.5
@@ -94,18 +95,10 @@ def announce_checkpoint(flags: dict[str, Any]) -> None:
 def settle_session_checkpoints(results: Path, keep: str) -> list[Path]:
     """settle_checkpoints over a session's results file. A line that cannot be read (a
     record cut short by a killed worker) may be a failed case's: then nothing is removed."""
-    records = []
-    for line in results.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return []
-        if not isinstance(record, dict):
-            return []
-        records.append(record)
-    return settle_checkpoints(records, keep)
+    lines = scan_jsonl(results)
+    if any(line.problem or not isinstance(line.value, dict) for line in lines):
+        return []
+    return settle_checkpoints([line.value for line in lines], keep)
 
 
 def settle_checkpoints(records: list[dict], keep: str) -> list[Path]:
