@@ -32,6 +32,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench_common import PYTHON, REPO, header, median
+from harness.spec.records import RESULTS_NAME, read_jsonl
 
 TAG = "overhead"
 CONFIG = {
@@ -64,8 +65,8 @@ def plugin(config: Path, out: Path, cache: Path, workers: int | None) -> float:
 
 
 def records(out: Path) -> list[dict]:
-    (results,) = out.glob("sessions/*/results.jsonl")
-    return [json.loads(line) for line in results.read_text().splitlines() if line]
+    (results,) = out.glob(f"sessions/*/{RESULTS_NAME}")
+    return read_jsonl(results, missing_ok=False)
 
 
 def commands(recs: list[dict]) -> list[list[str]]:

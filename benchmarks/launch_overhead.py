@@ -15,7 +15,6 @@ model is included (nothing is warmed up besides the zygote itself).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_common import machine, median  # noqa: E402
+from harness.spec.records import read_steps  # noqa: E402
 
 FLAGS = {"dtype": "float32", "batch_size": 2, "sequence_length": 32, "learning_rate": 0.001,
          "weight_decay": 0.0, "optimizer": "sgd", "seed": 42, "pipeline_parallel": 2,
@@ -51,8 +51,7 @@ def one_run(backend, assets, model: str, launcher: str, steps: int, folder: Path
     result = backend.launch(spec, _Settings(launcher))
     if not result.ok:
         raise SystemExit(f"{launcher} {model} failed: see {result.stderr}")
-    records = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    step_s = sum(r["step_time_ms"] for r in records) / 1e3
+    step_s = sum(r["step_time_ms"] for r in read_steps(out)) / 1e3
     shutil.rmtree(out, ignore_errors=True)
     return {"launcher": launcher, "model": model, "run_s": result.duration_s, "step_s": step_s,
             "overhead_s": result.duration_s - step_s}

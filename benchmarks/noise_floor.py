@@ -26,6 +26,7 @@ from harness.cases import Tolerance
 from harness.compare import compare_gradients, compare_losses
 from harness.compare.calibration import Calibration, calibrated_thresholds
 from harness.compare.verdict import margin, relative_thresholds
+from harness.spec.records import RESULTS_NAME, read_jsonl
 
 
 def case_noise(record: dict) -> dict | None:
@@ -88,11 +89,7 @@ def main() -> int:
     a = p.parse_args()
     rows = []
     for session in a.sessions:
-        for line in (Path(session) / "results.jsonl").read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
+        for record in read_jsonl(Path(session) / RESULTS_NAME, missing_ok=False):
             row = case_noise(record)
             if row:
                 rows.append(row)

@@ -28,7 +28,6 @@ updates). `--no-runs` skips the two trainer runs.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
 import subprocess
@@ -44,6 +43,7 @@ from harness.cases import Tolerance
 from harness.compare import Locator, compare_gradients, compare_losses
 from harness.compare.calibration import Calibration, CalibrationError, calibrated_thresholds
 from harness.compare.verdict import RelativeThresholds, margin, passes, relative_thresholds
+from harness.spec.records import RESULTS_NAME, read_jsonl, read_steps
 
 
 @dataclass(frozen=True)
@@ -215,8 +215,7 @@ def trainer_run(flags: list[str], out: Path, eps: float | None = None) -> list[f
     code = (f"import sys; {patch}from harness.trainer.main import main; "
             f"sys.exit(main({args!r}))")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-    lines = (out / "steps.jsonl").read_text().splitlines()
-    return [float(json.loads(line)["loss"]) for line in lines if line.strip()]
+    return [float(step["loss"]) for step in read_steps(out)]
 
 
 def scale_files(src: Path, dst: Path, names: set[str], factor: float) -> None:
@@ -228,12 +227,9 @@ def scale_files(src: Path, dst: Path, names: set[str], factor: float) -> None:
 
 def read_records(session: Path) -> dict:
     records = {}
-    for line in (Path(session) / "results.jsonl").read_text().splitlines():
-        try:
-            r = json.loads(line)
+    for r in read_jsonl(Path(session) / RESULTS_NAME, missing_ok=False):
+        if isinstance(r, dict) and "name" in r:
             records[r["name"]] = r
-        except (ValueError, KeyError, TypeError):
-            continue
     return records
 
 

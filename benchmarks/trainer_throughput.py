@@ -31,6 +31,7 @@ from tabulate import tabulate
 
 from bench_common import PYTHON, REPO, header, median
 from harness.assets.generate import ensure_assets
+from harness.spec.records import read_steps
 
 
 ENV = dict(os.environ)
@@ -39,8 +40,7 @@ ENV = dict(os.environ)
 def run_trainer(common: list[str], out: Path) -> list[float]:
     subprocess.run([PYTHON, "-m", "harness.trainer", *common, "--output_dir", str(out)],
                    cwd=REPO, env=ENV, check=True, capture_output=True, text=True)
-    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines() if line]
-    return [s["tokens_per_s"] for s in steps]
+    return [s["tokens_per_s"] for s in read_steps(out)]
 
 
 def run_plain(common: list[str]) -> list[float]:

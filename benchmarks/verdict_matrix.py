@@ -16,12 +16,13 @@ output folder (docs/benchmarks.md section 6):
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 
 from tabulate import tabulate
+
+from harness.spec.records import RESULTS_NAME, read_jsonl
 
 RUN = ("passed", "failed", "error")  # statuses of a case that ran (skipped: did not)
 
@@ -29,12 +30,7 @@ RUN = ("passed", "failed", "error")  # statuses of a case that ran (skipped: did
 def read_records(session: Path) -> list[dict]:
     """The session's records, the last one of each case name (a retried case counts once)."""
     by_name: dict[str, dict] = {}
-    path = Path(session) / "results.jsonl"
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+    for record in read_jsonl(Path(session) / RESULTS_NAME, missing_ok=False):
         if isinstance(record, dict) and "name" in record:
             by_name[record["name"]] = record
     return list(by_name.values())

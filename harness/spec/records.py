@@ -132,12 +132,15 @@ def scan_jsonl(path: str | os.PathLike) -> list[JsonLine]:
     return found
 
 
-def read_jsonl(path: str | os.PathLike) -> list[Any]:
+def read_jsonl(path: str | os.PathLike, missing_ok: bool = True) -> list[Any]:
     """The values of a JSONL file, tolerantly: no file (or an unreadable one) is no values, and
-    a line that is not JSON (a half-written last line from a killed run) is left out."""
+    a line that is not JSON (a half-written last line from a killed run) is left out. With
+    missing_ok=False a file that is not there is an OSError (a path someone typed)."""
     try:
         lines = scan_jsonl(path)
     except OSError:
+        if not missing_ok:
+            raise
         return []
     return [line.value for line in lines if line.problem is None]
 

@@ -52,6 +52,8 @@ def test_a_half_written_last_line_is_skipped_by_the_tolerant_reader(tmp_path):
     path.write_text('{"step": 1, "loss": 1.0}\n\n  \n{"step": 2, "loss": 0.5}\n{"step": 3, "lo')
     assert read_jsonl(path) == [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}]
     assert read_jsonl(tmp_path / "absent.jsonl") == []  # a run that wrote nothing
+    with pytest.raises(FileNotFoundError):  # a path someone typed
+        read_jsonl(tmp_path / "absent.jsonl", missing_ok=False)
 
 
 def test_scan_tells_a_cut_last_line_from_a_bad_line_inside(tmp_path):
