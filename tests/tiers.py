@@ -113,6 +113,7 @@ MODULES: dict[str, str] = {
     "tests/runner/test_diagnosis.py": UNIT,
     "tests/runner/test_fp64_ratio.py": UNIT,
     "tests/runner/test_plan_stage.py": UNIT,
+    "tests/runner/test_updates_verdict.py": UNIT,
     "tests/runner/test_skip_reason.py": UNIT,
     "tests/spec/llmc/test_checkpoint.py": UNIT,
     "tests/spec/llmc/test_tokens.py": UNIT,
@@ -143,6 +144,7 @@ MODULES: dict[str, str] = {
 # "file::test" (a test function, parameters left out) -> its tier, where it differs from its
 # file's.
 TESTS: dict[str, str] = {
+    "tests/runner/test_updates_verdict.py::test_a_reference_that_dumps_no_updates_is_an_error_not_a_pass": TORCHRUN,
     "tests/benchmarks/test_gpu_check.py::test_cuda_refused_without_a_device": SUBPROCESS,
     "tests/benchmarks/test_numerics_scripts.py::test_trainer_flags_of_each_launcher": TORCHRUN,
     "tests/compare/test_calibration.py::test_the_module_is_torch_free": SUBPROCESS,

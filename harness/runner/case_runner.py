@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from harness.cases import Case, HarnessConfig
-from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
+from harness.compare import Locator
+from harness.compare.case_verdict import UpdatesRequest, judge
 from harness.compare.dumps import folder_bytes, settle_dumps
 from harness.compare.verdict import UPDATE_RESOLUTION, update_threshold
 from harness.launch import (
@@ -307,38 +308,25 @@ class CaseRunner:
                                                       problem=outputs.problem))
 
         t = time.time()
-        lines = []
-        ok = True
         ref_steps = read_jsonl(reference.steps_file)
         first = self.first_step(flags)
         ref_steps = [s for s in ref_steps if int(s["step"]) >= first]  # as compare_losses reads it
         record.reference_losses = [s.get("loss") for s in ref_steps]
         record.reference_steps = [int(s["step"]) for s in ref_steps]
-        if case.compare.loss:
-            loss = compare_losses(steps, ref_steps, case.tolerances.loss, relative.loss)
-            record.loss = loss.to_dict()
-            ok &= loss.ok
-            lines += loss_lines(loss)
-        if case.compare.gradients and spec.gradients_dir is not None:
-            grads = compare_gradients(outputs.gradients_dir, reference.gradients_dir,
-                                      case.tolerances.gradients,
-                                      Locator.from_layout(layout, case.model),
-                                      relative=relative.gradients,
-                                      tensor_parallel=self.backend.gradient_shards(flags))
-            record.gradients = grads.to_dict()
-            ok &= grads.ok
-            lines += gradient_lines(grads)
-            reference_updates = reference.path / "updates"
-            if updates and reference_updates.is_dir():
-                changes = compare_gradients(out / "updates", reference_updates,
-                                            case.tolerances.gradients,
-                                            Locator.from_layout(layout, case.model),
-                                            relative=update_threshold(case.flags.get("dtype")),
-                                            resolution=UPDATE_RESOLUTION)
-                record.gradients = {**record.gradients, "parameter_updates": changes.to_dict()}
-                ok &= changes.ok
-                lines += [line.replace("gradients", "parameter updates", 1)
-                          for line in gradient_lines(changes)]
+        locator = Locator.from_layout(layout, case.model)
+        compare_gradients_ = case.compare.gradients and spec.gradients_dir is not None
+        verdict = judge(
+            steps, ref_steps if case.compare.loss else None, case.tolerances.loss, relative.loss,
+            (outputs.gradients_dir, reference.gradients_dir) if compare_gradients_ else None,
+            case.tolerances.gradients, relative.gradients, locator,
+            tensor_parallel=self.backend.gradient_shards(flags),
+            updates=UpdatesRequest(out / "updates", reference.path / "updates",
+                                   update_threshold(case.flags.get("dtype")), UPDATE_RESOLUTION)
+            if updates and compare_gradients_ else None)
+        judged = verdict.record()
+        record.loss = judged.get("loss", record.loss)
+        record.gradients = judged.get("gradients", record.gradients)  # or why none were compared
+        ok, lines = verdict.ok, verdict.lines()
         timings.compare_s = time.time() - t
         calibration_error = None
         if self.settings.calibrate_repeats:  # --harness-calibrate: this machine's noise
@@ -427,6 +415,9 @@ class CaseRunner:
                 problem = f"the reference run of {case.model} has a non-finite loss"
             elif not no_gradients and not list((folder / "gradients").glob("*.npy")):
                 problem = f"the reference run of {case.model} dumped no gradients"
+            elif updates and not list((folder / "updates").glob("*.npy")):
+                problem = (f"the reference run of {case.model} dumped no parameter updates "
+                           f"(--{updates})")
             if problem:
                 if "command:" not in problem:
                     problem += f"\ncommand: {shlex.join(result.argv)}\nlog: {result.stdout}"
