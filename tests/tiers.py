@@ -146,6 +146,7 @@ MODULES: dict[str, str] = {
 TESTS: dict[str, str] = {
     "tests/runner/test_updates_verdict.py::test_a_reference_that_dumps_no_updates_is_an_error_not_a_pass": TORCHRUN,
     "tests/benchmarks/test_gpu_check.py::test_cuda_refused_without_a_device": SUBPROCESS,
+    "tests/benchmarks/test_gpu_check.py::test_summary_tables_are_markdown_tables": UNIT,
     "tests/benchmarks/test_numerics_scripts.py::test_trainer_flags_of_each_launcher": TORCHRUN,
     "tests/compare/test_calibration.py::test_the_module_is_torch_free": SUBPROCESS,
     "tests/launch/test_multinode.py::test_a_lost_node_is_reported_and_no_agent_is_left": TORCHRUN,
