@@ -60,6 +60,7 @@ MODULES: dict[str, str] = {
     "tests/launch/test_reaper.py": SUBPROCESS,
     "tests/launch/test_slurm.py": SUBPROCESS,
     "tests/launch/test_slurm_docs.py": SUBPROCESS,
+    "tests/launch/test_trainer_sources.py": UNIT,
     "tests/launch/test_zygote.py": TORCHRUN,
     "tests/layout/test_bounds.py": UNIT,
     "tests/layout/test_chunk_search.py": UNIT,

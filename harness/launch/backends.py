@@ -206,14 +206,6 @@ def _float(text: str) -> float:
         return math.nan
 
 
-def _hash_tree(paths: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(str(path.name).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 class HarnessBackend(WholeGradientsFromStart):
     """Our reference trainer, through torchrun for more than one process, or forked from a
     pre-warmed zygote (`launch`, settings.launcher == "zygote")."""
@@ -225,19 +217,19 @@ class HarnessBackend(WholeGradientsFromStart):
         self._version: str | None = None
 
     def version(self) -> str:
-        """The trainer's identity for the reference cache: a hash of its source (trainer and
-        layout packages) and the torch version, so any code change invalidates references."""
+        """The trainer's identity for the reference cache: a digest of every harness module
+        the trainer process can run (harness.launch.trainer_sources) and the torch version,
+        so any change to that code invalidates references."""
         if self._version is None:
-            import harness
             from importlib.metadata import PackageNotFoundError, version
 
-            root = Path(harness.__file__).parent
-            files = sorted(p for sub in ("trainer", "layout") for p in (root / sub).rglob("*.py"))
+            from .trainer_sources import source_digest, trainer_files
+
             try:
                 torch_version = version("torch")
             except PackageNotFoundError:
                 torch_version = "none"
-            self._version = f"harness-{_hash_tree(files)}-torch-{torch_version}"
+            self._version = f"harness-{source_digest(trainer_files())}-torch-{torch_version}"
         return self._version
 
     def trainer_args(self, spec: LaunchSpec) -> list[str]:

@@ -1,0 +1,43 @@
+"""The reference key covers every harness module the trainer process can run.
+
+Planted: the old key hashed only harness/trainer and harness/layout, so a change to the model
+contract in harness/spec (configs, llm.c readers, tied parameters) reused references the old
+code had built."""
+
+from __future__ import annotations
+
+import shutil
+
+from harness.launch.trainer_sources import HARNESS, closure, source_digest, trainer_files
+
+
+def test_the_trainer_runs_spec_layout_and_its_families_and_nothing_of_the_harness_side():
+    files = {p.relative_to(HARNESS).as_posix() for p in trainer_files()}
+    assert {"trainer/main.py", "spec/models.py", "spec/flags.py", "spec/llmc/checkpoint.py",
+            "layout/layout.py", "trainer/models/gpt2/parallelize.py"} <= files
+    # function-level imports count: a family's TP plan is imported only when TP is asked for
+    assert "trainer/parallel/tensor_parallel.py" in files
+    assert not {f for f in files if f.startswith(("runner/", "launch/", "report/", "plugin"))}
+
+
+def test_a_change_in_harness_spec_changes_the_key(tmp_path):
+    files = trainer_files()
+    copy = tmp_path / "harness"
+    for path in files:
+        target = copy / path.relative_to(HARNESS)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    copied = [copy / p.relative_to(HARNESS) for p in files]
+    before = source_digest(copied, root=copy)
+    assert before == source_digest(files)  # where the tree lies does not matter
+    models = copy / "spec" / "models.py"
+    models.write_text(models.read_text() + "\n# a change\n")
+    assert source_digest(copied, root=copy) != before
+
+
+def test_the_closure_follows_packages_and_stops_at_known_modules():
+    assert closure(["harness.nonexistent"]) == set()
+    reached = closure(["harness.trainer.main"])
+    assert "harness.spec" in reached and "harness.spec.models" in reached  # packages run too
+    files = {p.relative_to(HARNESS).as_posix() for p in trainer_files()}
+    assert {"__init__.py", "trainer/__init__.py", "trainer/__main__.py"} <= files
