@@ -364,34 +364,14 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (str(item.path), line, report.longrepr[2])
 
 
-def _path_option(config: pytest.Config, name: str) -> Path | None:
-    value = config.getoption(name)
-    return Path(value).resolve() if value else None
-
-
 def _runner(config: pytest.Config, harness_config):
     if _RUNNER not in config.stash:
-        import shlex
-
         from harness.runner import CaseRunner
-        from harness.runner.settings import runner_settings
+        from harness.runner.settings import Settings
 
         s = config.stash[_SETTINGS]
-        settings = runner_settings(
-            s["session_dir"], s["reference_root"], s["worker"],
-            config.getoption("--harness-device"), config.getoption("--gpus"),
-            config.getoption("--harness-timeout"),
-            launcher=config.getoption("--harness-launcher"),
-            keep_dumps=config.getoption("--harness-keep-dumps"),
-            golden_dir=_path_option(config, "--harness-golden"),
-            golden_write_dir=_path_option(config, "--harness-golden-write"),
-            golden_allow_mismatch=config.getoption("--harness-golden-allow-mismatch"),
-            nnodes=config.getoption("--harness-nnodes"),
-            nproc_per_node=config.getoption("--harness-nproc-per-node"),
-            scheduler=config.getoption("--harness-scheduler"),
-            slurm_args=tuple(shlex.split(config.getoption("--harness-slurm-args") or "")),
-            calibrate_repeats=config.getoption("--harness-calibrate") or 0,
-        )
+        settings = Settings.from_options(config.getoption, s["session_dir"], s["reference_root"],
+                                         s["worker"])
         s["session_dir"].mkdir(parents=True, exist_ok=True)
         config.stash[_RUNNER] = CaseRunner(harness_config, settings)
         reporter = config.pluginmanager.get_plugin("terminalreporter")

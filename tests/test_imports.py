@@ -37,9 +37,9 @@ def test_device_settings_without_a_gpu_driver_do_not_load_torch(tmp_path):
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from harness.runner.settings import gpu_device_nodes_present, runner_settings\n"
-        f"s = runner_settings(Path({str(tmp_path)!r}), Path({str(tmp_path)!r}), 'main', 'auto', "
-        "2, 60.0)\n"
+        "from harness.runner.settings import Settings, gpu_device_nodes_present\n"
+        f"s = Settings.derive(Path({str(tmp_path)!r}), Path({str(tmp_path)!r}), 'main', "
+        "device='auto', slots=2, timeout_s=60.0)\n"
         "print(gpu_device_nodes_present(), s.device, 'torch' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

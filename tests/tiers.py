@@ -114,6 +114,7 @@ MODULES: dict[str, str] = {
     "tests/runner/test_diagnosis.py": UNIT,
     "tests/runner/test_fp64_ratio.py": UNIT,
     "tests/runner/test_plan_stage.py": UNIT,
+    "tests/runner/test_settings.py": UNIT,
     "tests/runner/test_updates_verdict.py": UNIT,
     "tests/runner/test_skip_reason.py": UNIT,
     "tests/spec/llmc/test_checkpoint.py": UNIT,

@@ -62,35 +62,27 @@ class NodePlan:
         return self.nodes * self.nproc_per_node
 
 
-def scheduler(settings) -> str:
-    return getattr(settings, "scheduler", "local") or "local"
-
-
-def nnodes(settings) -> int:
-    return max(1, int(getattr(settings, "nnodes", 1) or 1))
-
-
 def nproc_per_node(settings) -> int:
     """Processes (devices) per node: the option, else the slots over the local nodes (on this
     machine) or the slots (a Slurm node is assumed to look like this one)."""
-    given = getattr(settings, "nproc_per_node", None)
+    given = settings.nproc_per_node
     if given:
         return int(given)
-    if scheduler(settings) == "slurm":
+    if settings.scheduler == "slurm":
         return max(1, settings.slots)
-    return max(1, settings.slots // nnodes(settings))
+    return max(1, settings.slots // settings.nnodes)
 
 
 def placed(settings) -> bool:
     """Whether cases are placed on nodes (more than one, or a scheduler) rather than run as
     one local launch."""
-    return nnodes(settings) > 1 or scheduler(settings) != "local" \
-        or bool(getattr(settings, "nproc_per_node", None))
+    return settings.nnodes > 1 or settings.scheduler != "local" \
+        or bool(settings.nproc_per_node)
 
 
 def plan_nodes(world_size: int, settings) -> NodePlan | str:
     """The nodes a run of world_size ranks spans, or why it cannot be placed."""
-    per_node, most = nproc_per_node(settings), nnodes(settings)
+    per_node, most = nproc_per_node(settings), settings.nnodes
     nodes = max(1, math.ceil(world_size / per_node))
     if nodes > most:
         return (f"{nodes} nodes of {per_node} (--harness-nproc-per-node), but --harness-nnodes "
@@ -103,7 +95,7 @@ def plan_nodes(world_size: int, settings) -> NodePlan | str:
 
 def placement_problem(world_size: int, settings, foreign: bool, what: str = "it") -> str | None:
     """Why a run of world_size ranks cannot be placed under these settings, or None."""
-    if scheduler(settings) == "local" and world_size > settings.slots:
+    if settings.scheduler == "local" and world_size > settings.slots:
         return f"{what} needs {world_size} devices, but --gpus allows {settings.slots}"
     plan = plan_nodes(world_size, settings)
     if isinstance(plan, str):
@@ -128,7 +120,7 @@ def case_leases(settings):
     """The device leases a CaseRunner takes: local slot locks, or none under a scheduler."""
     from .leases import DeviceLeases
 
-    if scheduler(settings) != "local":
+    if settings.scheduler != "local":
         return _NoLeases()
     return DeviceLeases(settings.lease_dir, settings.slots)
 

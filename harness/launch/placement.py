@@ -7,7 +7,7 @@ multinode's per-node commands, and this module, above both, picks between them.
 
 from __future__ import annotations
 
-from .multinode import placed, plan_nodes, run_local_agents, scheduler
+from .multinode import placed, plan_nodes, run_local_agents
 from .process import ProcessResult
 from .slurm import SlurmScheduler
 
@@ -20,7 +20,7 @@ def launch_placed(backend, spec, settings) -> ProcessResult | None:
     plan = plan_nodes(spec.world_size, settings)
     if isinstance(plan, str):  # skip_reason refuses these before a launch
         raise ValueError(f"{spec.case}: cannot place {spec.world_size} ranks: {plan}")
-    if scheduler(settings) == "slurm":
+    if settings.scheduler == "slurm":
         return SlurmScheduler.from_settings(settings).run(backend, spec, plan)
     if plan.nodes == 1:
         return None

@@ -93,13 +93,13 @@ class SlurmScheduler:
     def from_settings(cls, settings) -> "SlurmScheduler":
         timeout = float(settings.timeout_s)
         return cls(timeout_s=timeout, pending_timeout_s=timeout,
-                   extra_args=tuple(getattr(settings, "slurm_args", ()) or ()))
+                   extra_args=tuple(settings.slurm_args))
 
     # ------------------------------------------------------------------ the job
 
     def job_command(self, backend, spec, plan: NodePlan) -> list[str]:
         """The command each node runs, with {head}, {port} and {node} filled in on the node."""
-        if getattr(backend, "name", "") == "harness":
+        if backend.name == "harness":
             if spec.world_size == 1:
                 return backend.command(spec)
             host = "{head}" if plan.nodes > 1 else "127.0.0.1"

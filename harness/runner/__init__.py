@@ -9,7 +9,7 @@ Per case, under the session folder:
         logs/launcher.stdout|stderr, logs/ranks/...   launcher and per-rank logs
 
     case_runner.py     CaseRunner: inputs, reference, lease, launch, diff
-    settings.py        Settings (what it is given), Outcome (what it returns), runner_settings:
+    settings.py        Settings (what it is given), Outcome (what it returns), Settings.from_options:
                        the session's Settings from its options (device kind, slots, lease folder)
     record.py          the result record: start, layout, throughput
     planned_layout.py  the layout the flags ask for, before the run
