@@ -56,6 +56,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness.compare.render import MARKDOWN, table  # noqa: E402
+from harness.launch.process import end, start, tail  # noqa: E402
+from harness.report.reading import NoResults, latest_results, read_session  # noqa: E402
+from harness.spec.records import STEPS_NAME, read_json, read_jsonl  # noqa: E402
+
 FORMAT = "harness.gpu_check/1"
 LAUNCHERS = ("torchrun", "zygote")
 SUMMARY = "gpu_check_summary"
@@ -71,81 +76,31 @@ BUDGETS = {
     "throughput": 60,
 }
 MATRIX_PER_CASE_S = 20
-GRACE_S = 10
 
 
 # ----------------------------------------------------------------------------- processes
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        tree.setdefault(int(fields[1]), []).append(int(entry.name))
-    return tree
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below pid (from /proc; torchrun and the zygote put their ranks in sessions
-    of their own, so the process group alone does not reach them)."""
-    tree, found, todo = _children(), [], [pid]
-    while todo:
-        for child in tree.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def kill_tree(process: subprocess.Popen) -> None:
-    """SIGTERM the process and everything it started, then SIGKILL what is left."""
-    pids = descendants(process.pid) + [process.pid]
-    _signal_all(pids, signal.SIGTERM)
-    deadline = time.time() + GRACE_S
-    while time.time() < deadline:
-        if process.poll() is not None and not any(Path(f"/proc/{p}").exists() for p in pids):
-            break
-        time.sleep(0.2)
-    _signal_all(descendants(process.pid) + pids, signal.SIGKILL)
-    try:
-        process.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
-
-
 def run_part(summary: dict, name: str, argv: list[str], budget_s: float, log: Path,
              env: dict | None = None) -> dict:
-    """Run argv with a time budget; its output goes to log. Recorded in summary['parts']."""
+    """Run argv with a time budget; its output goes to log. Recorded in summary['parts'].
+    Past the budget, or on any way out (an interrupt, SIGTERM from the wrapper), the part is
+    ended with every process it started (harness.launch.process: torchrun and the zygote put
+    their ranks in sessions of their own, which the reaper still reaches)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     part = {"name": name, "command": shlex.join(argv), "budget_s": round(budget_s, 1),
             "log": str(log), "returncode": None, "timed_out": False, "wall_s": None}
     summary["parts"].append(part)
     started = time.time()
     with open(log, "w") as out:
-        process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=env or os.environ.copy(),
-                                   start_new_session=True)
+        process = start(argv, env or os.environ.copy(), out, subprocess.STDOUT, cwd=REPO)
         try:
             part["returncode"] = process.wait(timeout=budget_s)
         except subprocess.TimeoutExpired:
             part["timed_out"] = True
-            kill_tree(process)
-            part["returncode"] = process.returncode
-        except BaseException:  # interrupted: leave nothing behind
-            kill_tree(process)
-            raise
+        finally:  # every way out: leave nothing behind
+            returncode = end(process)
+    if part["timed_out"]:
+        part["returncode"] = returncode
     part["wall_s"] = round(time.time() - started, 2)
     print(f"  {name}: {'TIMED OUT' if part['timed_out'] else 'rc ' + str(part['returncode'])} "
           f"in {part['wall_s']:.1f} s (budget {budget_s:.0f} s); log {log}", flush=True)
@@ -153,10 +108,7 @@ def run_part(summary: dict, name: str, argv: list[str], budget_s: float, log: Pa
 
 
 def log_tail(path: str | Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    return tail(Path(path), lines)
 
 
 # ----------------------------------------------------------------------------- environment
@@ -179,18 +131,17 @@ if torch.cuda.is_available():
         d["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     except Exception as e:
         d["nccl"] = f"unknown ({type(e).__name__})"
-print("GPU_CHECK_ENV " + json.dumps(d))
+json.dump(d, open(sys.argv[1], "w"))
 """
 
 
 def probe_environment(summary: dict, out: Path) -> dict:
-    log = out / "logs" / "environment.log"
-    part = run_part(summary, "environment", [sys.executable, "-c", PROBE],
+    log, found = out / "logs" / "environment.log", out / "environment.json"
+    found.unlink(missing_ok=True)  # a rerun into the same folder must not read an old probe
+    part = run_part(summary, "environment", [sys.executable, "-c", PROBE, str(found)],
                     summary["budgets"]["environment"], log)
     env: dict = {"python": platform.python_version(), "host": socket.gethostname()}
-    for line in Path(log).read_text(errors="replace").splitlines():
-        if line.startswith("GPU_CHECK_ENV "):
-            env.update(json.loads(line[len("GPU_CHECK_ENV "):]))
+    env.update(read_json(found) or {})
     part["ok"] = "torch" in env
     env["driver"] = None
     env["nvidia_smi"] = None
@@ -305,25 +256,14 @@ def pytest_argv(config: Path, device: str, gpus: int, launcher: str, output: Pat
 
 
 def session_records(output: Path) -> tuple[list[dict], dict | None, str | None]:
-    """The records and header of the one session under output/sessions."""
-    sessions = sorted((output / "sessions").glob("*/")) if (output / "sessions").is_dir() else []
-    if not sessions:
-        return [], None, None
-    folder = sessions[-1]
-    records = []
-    results = folder / "results.jsonl"
-    if results.is_file():
-        for line in results.read_text(errors="replace").splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass  # a line cut short by a kill
-    header = None
+    """The records and header of the latest session under output/sessions (the report's
+    reader: a line cut short by a kill is left out, a rerun case's last record counts)."""
     try:
-        header = json.loads((folder / "session.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        pass
-    return records, header, str(folder)
+        results = latest_results(output)
+    except NoResults:
+        return [], None, None
+    session = read_session([results])
+    return session.records, session.header or None, str(results.parent)
 
 
 def _num(value):
@@ -423,10 +363,7 @@ def launcher_agreement(rows: list[dict], launchers) -> dict:
 # ----------------------------------------------------------------------------- cross-device
 
 def read_steps(folder: Path) -> list[dict]:
-    path = folder / "steps.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(folder / STEPS_NAME)
 
 
 def run_cross_device(summary: dict, a, out: Path, cache: Path, dtypes: list[str]) -> None:
@@ -580,24 +517,19 @@ def markdown(summary: dict) -> str:
              f"- selection: -k {summary['select']!r}, -m {summary['marker']!r}; "
              f"wall {_g(summary.get('wall_s'))} s; complete: {summary['complete']}",
              f"- **result: {'PASS' if summary.get('ok') else 'FAIL'}**, checks "
-             + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()), "",
-             "| part | budget s | wall s | rc | timed out | ok |", "|---|---|---|---|---|---|"]
-    for p in summary["parts"]:
-        lines.append(f"| {p['name']} | {p['budget_s']} | {_g(p['wall_s'])} | "
-                     f"{_g(p['returncode'])} | {'yes' if p['timed_out'] else 'no'} | "
-                     f"{'yes' if p.get('ok') else 'NO'} |")
-    lines += ["", "| launcher | case | dtype | world | status | loss max \\|Δ\\| | "
-              "grad max \\|Δ\\| | grad rel | tokens/s | run s |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in summary["matrix"]["cases"]:
-        if r.get("status") == "skipped":
-            continue
-        run_s = (r.get("timings") or {}).get("run_s")
-        lines.append(f"| {r['launcher']} | `{r['name']}` | {r.get('dtype', '–')} | "
-                     f"{_g(r.get('world_size'))} | {r['status']} | "
-                     f"{_g(r.get('loss_max_abs_diff'))} | {_g(r.get('grad_max_abs_diff'))} | "
-                     f"{_g(r.get('grad_relative_worst'))} | {_g(r.get('tokens_per_s'))} | "
-                     f"{_g(run_s)} |")
+             + ", ".join(f"{k} {v}" for k, v in summary["counts"].items()), ""]
+    lines += table([[p["name"], p["budget_s"], _g(p["wall_s"]), _g(p["returncode"]),
+                     "yes" if p["timed_out"] else "no", "yes" if p.get("ok") else "NO"]
+                    for p in summary["parts"]],
+                   ["part", "budget s", "wall s", "rc", "timed out", "ok"], MARKDOWN)
+    lines.append("")
+    lines += table([[r["launcher"], f"`{r['name']}`", r.get("dtype", "–"),
+                     _g(r.get("world_size")), r["status"], _g(r.get("loss_max_abs_diff")),
+                     _g(r.get("grad_max_abs_diff")), _g(r.get("grad_relative_worst")),
+                     _g(r.get("tokens_per_s")), _g((r.get("timings") or {}).get("run_s"))]
+                    for r in summary["matrix"]["cases"] if r.get("status") != "skipped"],
+                   ["launcher", "case", "dtype", "world", "status", "loss max |Δ|",
+                    "grad max |Δ|", "grad rel", "tokens/s", "run s"], MARKDOWN)
     skipped = sum(1 for r in summary["matrix"]["cases"] if r.get("status") == "skipped")
     lines.append(f"\n{skipped} skipped (need more devices than {summary['gpus']}, or "
                  "deselected by the harness); per launcher: "
@@ -607,24 +539,28 @@ def markdown(summary: dict) -> str:
     if agree.get("compared"):
         lines.append(f"\nLaunchers agree bit for bit on the losses of {agree['identical']} of "
                      f"{agree['compared']} cases run under both.")
-    lines += ["", "| cross-device check | dtype | status | loss max \\|Δ\\| | grad max \\|Δ\\| | "
-              "grad worst rel (threshold) | reason |", "|---|---|---|---|---|---|---|"]
-    for c in summary["cross_device"]["checks"]:
-        loss, grads = c.get("loss") or {}, c.get("gradients") or {}
-        rel = c.get("relative_thresholds") or {}
-        lines.append(f"| `{c['name']}` | {c['dtype']} | {c['status']} | "
-                     f"{_g(loss.get('max_abs_diff'))} | {_g(grads.get('max_abs_diff'))} | "
-                     f"{_g(grads.get('worst_relative'))} ({_g(rel.get('gradients'))}) | "
-                     f"{c.get('reason') or ''} |")
+    lines.append("")
+    lines += table([cross_row(c) for c in summary["cross_device"]["checks"]],
+                   ["cross-device check", "dtype", "status", "loss max |Δ|", "grad max |Δ|",
+                    "grad worst rel (threshold)", "reason"], MARKDOWN)
     rows = (summary.get("throughput") or {}).get("rows") or []
     if rows:
-        lines += ["", "| throughput | dtype | device | tokens/step | trainer tok/s | plain tok/s "
-                  "| ratio |", "|---|---|---|---|---|---|---|"]
-        for r in rows:
-            lines.append(f"| {r['model']} | {r['dtype']} | {r['device']} | "
-                         f"{r['tokens_per_step']} | {r['trainer_tokens_per_s']:.0f} | "
-                         f"{r['plain_tokens_per_s']:.0f} | {r['ratio']:.3f} |")
+        lines.append("")
+        lines += table([[r["model"], r["dtype"], r["device"], r["tokens_per_step"],
+                         f"{r['trainer_tokens_per_s']:.0f}", f"{r['plain_tokens_per_s']:.0f}",
+                         f"{r['ratio']:.3f}"] for r in rows],
+                       ["throughput", "dtype", "device", "tokens/step", "trainer tok/s",
+                        "plain tok/s", "ratio"], MARKDOWN)
     return "\n".join(lines) + "\n"
+
+
+def cross_row(check: dict) -> list:
+    loss, grads = check.get("loss") or {}, check.get("gradients") or {}
+    rel = check.get("relative_thresholds") or {}
+    return [f"`{check['name']}`", check["dtype"], check["status"], _g(loss.get("max_abs_diff")),
+            _g(grads.get("max_abs_diff")),
+            f"{_g(grads.get('worst_relative'))} ({_g(rel.get('gradients'))})",
+            check.get("reason") or ""]
 
 
 def finish_counts(summary: dict) -> None:

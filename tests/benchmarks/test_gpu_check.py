@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,6 +22,12 @@ import gpu_check  # noqa: E402
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
 PARTS = ["environment", "matrix/torchrun", "matrix/zygote", "cross_device/cpu",
          "cross_device/device", "throughput"]
+
+
+def md_rows(markdown: str) -> list[list[str]]:
+    """The cells of every markdown table row (escaped pipes kept inside their cell)."""
+    return [[cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            for line in markdown.splitlines() if line.startswith("|")]
 
 
 def _env(**extra) -> dict:
@@ -109,9 +116,52 @@ def test_cpu_dry_run_summary(tmp_path):
     md = (out / "gpu_check_summary.md").read_text()
     assert md == summary["markdown"]
     assert "dry-run on CPU" in md and "**result: PASS**" in md
-    assert "| torchrun | `basic/gpt2/single` | float32 | 1 | passed |" in md
-    assert "| `cross_device/gpt2/single-bfloat16` | bfloat16 | passed |" in md
+    rows = md_rows(md)
+    assert ["torchrun", "`basic/gpt2/single`", "float32", "1", "passed"] in [r[:5] for r in rows]
+    assert ["`cross_device/gpt2/single-bfloat16`", "bfloat16", "passed"] in [r[:3] for r in rows]
     print(f"gpu_check CPU dry-run: {wall:.1f} s")
+
+
+def test_summary_tables_are_markdown_tables():
+    """Each table of the summary is a pipe table (tabulate's), one row per part, case, check
+    and throughput row; a pipe inside a cell (a reason) stays inside it."""
+    passed = gpu_check.count(["passed"])
+    summary = {
+        "dry_run": False, "device": "cuda", "gpus": 1, "select": None, "marker": "basic",
+        "complete": True, "ok": False, "counts": gpu_check.count(["passed", "failed"]),
+        "environment": {"gpus": [{"name": "H200"}], "driver": "570"},
+        "parts": [{"name": "environment", "budget_s": 30, "wall_s": 1.25, "returncode": 0,
+                   "timed_out": False, "ok": True},
+                  {"name": "matrix/torchrun", "budget_s": 110, "wall_s": 110.0,
+                   "returncode": -9, "timed_out": True}],
+        "matrix": {"cases": [
+            {"launcher": "torchrun", "name": "basic/gpt2/single", "dtype": "float32",
+             "world_size": 1, "status": "passed", "loss_max_abs_diff": 0.0,
+             "timings": {"run_s": 3.21}},
+            {"launcher": "torchrun", "name": "basic/gpt2/pp4", "status": "skipped"}],
+            "counts": {"torchrun": passed}},
+        "cross_device": {"checks": [
+            {"name": "cross_device/gpt2/single-bfloat16", "dtype": "bfloat16",
+             "status": "failed", "reason": "loss | gradients", "loss": {"max_abs_diff": 2e-5},
+             "relative_thresholds": {"gradients": 0.02}}]},
+        "throughput": {"rows": [{"model": "gpt2", "dtype": "float32", "device": "cuda",
+                                 "tokens_per_step": 512, "trainer_tokens_per_s": 1000.4,
+                                 "plain_tokens_per_s": 999.0, "ratio": 1.0014}]},
+    }
+    md = gpu_check.markdown(summary)
+    assert "# GPU check (cuda)" in md and "**result: FAIL**" in md and "(H200)" in md
+    rows = md_rows(md)
+    assert ["part", "budget s", "wall s", "rc", "timed out", "ok"] in rows
+    assert ["environment", "30", "1.25", "0", "no", "yes"] in rows
+    assert ["matrix/torchrun", "110", "110", "-9", "yes", "NO"] in rows
+    assert ["torchrun", "`basic/gpt2/single`", "float32", "1", "passed", "0", "–", "–", "–",
+            "3.21"] in rows
+    assert not any("`basic/gpt2/pp4`" in row for row in rows)  # skipped: counted, not listed
+    assert "1 skipped (need more devices than 1" in md
+    assert ["`cross_device/gpt2/single-bfloat16`", "bfloat16", "failed", "2e-05", "–",
+            "– (0.02)", "loss \\| gradients"] in rows
+    assert ["gpt2", "float32", "cuda", "512", "1000", "999", "1.001"] in rows
+    assert all(len(row) == len(rows[0]) for row in rows[:4])  # the parts table: one shape
 
 
 def test_cuda_refused_without_a_device(tmp_path):
