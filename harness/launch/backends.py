@@ -293,7 +293,12 @@ class HarnessBackend(WholeGradientsFromStart):
         return logs
 
     def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None:
-        try:
+        from .zygote import read_failure
+
+        failure = read_failure(spec.log_dir)  # the zygote's leader writes it as data
+        if failure is not None:
+            return str(failure["first"]["rank"])
+        try:  # torchrun's agent says it only in its ChildFailedError text
             text = result.stderr.read_text(errors="replace") + result.stdout.read_text(errors="replace")
         except OSError:
             return None

@@ -232,8 +232,34 @@ def lead(request: Mapping) -> int:
     _copy_rank_logs(log_dir, world_size)
     if first is None:
         return 0
+    write_failure(log_dir, first, others)
     print(_failure_summary(first, others), file=sys.stderr, flush=True)
     return 1
+
+
+FAILURE_FILE = "failure.json"
+
+
+def write_failure(log_dir: Path, first, others) -> None:
+    """The run's failure as data, `<log_dir>/failure.json`: the first failing rank, then the
+    others, each with its exit code, pid and time (what HarnessBackend.failing_rank reads; the
+    text summary on stderr is for people)."""
+    def entry(failure):
+        rank, code, pid, when = failure
+        return {"rank": rank, "exitcode": code, "pid": pid, "time": when}
+
+    (log_dir / FAILURE_FILE).write_text(json.dumps(
+        {"first": entry(first), "others": [entry(f) for f in others]}))
+
+
+def read_failure(log_dir: Path) -> dict | None:
+    """failure.json as written by write_failure, or None (no failure recorded, or unreadable)."""
+    try:
+        data = json.loads((log_dir / FAILURE_FILE).read_text())
+        int(data["first"]["rank"])
+        return data
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _stop(pids: Mapping[int, int]) -> None:
@@ -278,7 +304,8 @@ def _copy_rank_logs(log_dir: Path, world_size: int) -> None:
 
 
 def _failure_summary(first, others) -> str:
-    """torchrun's ChildFailedError text (the part HarnessBackend.failing_rank reads)."""
+    """The failure in torchrun's ChildFailedError layout, for people who know it (the data is
+    failure.json)."""
     def block(index, failure):
         rank, code, pid, when = failure
         if code < 0:

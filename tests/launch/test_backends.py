@@ -33,3 +33,26 @@ def test_step_lines_parse_infinitrain_format():
                          "loss_resolution": 1e-6}
     assert np.isnan(parsed[1]["loss"]) and parsed[1]["peak_memory_mb"] is None
     assert parsed[1]["loss_resolution"] is None  # not a number: no print resolution
+
+
+def test_the_failing_rank_of_a_zygote_run_is_read_from_its_failure_record(tmp_path):
+    """Data, not a regex over text forged to look like torchrun's: the stderr here says
+    nothing of the rank."""
+    from harness.launch.backends import HarnessBackend
+    from harness.launch.process import ProcessResult
+    from harness.launch.zygote import read_failure, write_failure
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "launcher.stdout").write_text("")
+    (logs / "launcher.stderr").write_text("something went wrong\n")
+    write_failure(logs, (1, -11, 4242, 10.0), [(0, 1, 4241, 11.0)])
+    assert read_failure(logs)["others"][0] == {"rank": 0, "exitcode": 1, "pid": 4241, "time": 11.0}
+    spec = LaunchSpec(case="c", model="gpt2", flags={}, world_size=2,
+                      checkpoint=tmp_path / "c.bin", input_bin=tmp_path / "t.bin",
+                      output_dir=tmp_path, gradients_dir=None, log_dir=logs)
+    result = ProcessResult(("x",), 1, False, 1.0, logs / "launcher.stdout",
+                           logs / "launcher.stderr")
+    assert HarnessBackend().failing_rank(spec, result) == "1"
+    (logs / "failure.json").write_text("{")  # unreadable: not trusted, the text is read
+    assert HarnessBackend().failing_rank(spec, result) is None
