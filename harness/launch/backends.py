@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from harness.spec.flags import flag_argv
 
 from .process import ProcessResult
+from .torchrun import torchrun_command
 
 PLACEHOLDERS = ("python", "world_size", "port", "output_dir", "gradients_dir", "log_dir",
                 "checkpoint", "input_bin", "model", "case", "device", "devices", "flags")
@@ -260,14 +261,8 @@ class HarnessBackend(WholeGradientsFromStart):
         trainer = self.trainer_args(spec)
         if spec.world_size == 1:
             return [sys.executable, "-m", "harness.trainer", *trainer]
-        return [
-            sys.executable, "-m", "torch.distributed.run",
-            "--nproc-per-node", str(spec.world_size),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{spec.port}",
-            "--max-restarts", "0",
-            "--log-dir", str(spec.log_dir / "ranks"), "--redirects", "3", "--tee", "3",
-            "-m", "harness.trainer", *trainer,
-        ]
+        return torchrun_command(trainer, spec.world_size, f"127.0.0.1:{spec.port}",
+                                spec.log_dir / "ranks")
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         return base_environment(spec, self.env)

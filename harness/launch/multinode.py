@@ -39,7 +39,6 @@ import math
 import re
 import signal
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .process import ProcessResult, end, start
+from .torchrun import torchrun_command
 
 AGENT_GRACE_S = 15.0
 _GLOBAL_RANKS = re.compile(r"group_rank=(\d+).*?global_ranks=\[([\d,\s]*)\]", re.S)
@@ -132,15 +132,9 @@ def rdzv_id(spec) -> str:
 def agent_command(backend, spec, plan: NodePlan, host: str, port: int | str, node: int | str,
                   run_id: str) -> list[str]:
     """One node's torchrun agent for the bundled trainer's run `spec`."""
-    return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", str(plan.nodes), "--nproc-per-node", str(plan.nproc_per_node),
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", run_id,
-        "--max-restarts", "0",
-        "--log-dir", str(spec.log_dir / "ranks" / f"node{node}"), "--redirects", "3",
-        "--tee", "3",
-        "-m", "harness.trainer", *backend.trainer_args(spec),
-    ]
+    return torchrun_command(backend.trainer_args(spec), plan.nproc_per_node, f"{host}:{port}",
+                            spec.log_dir / "ranks" / f"node{node}", nnodes=plan.nodes,
+                            rdzv_id=run_id)
 
 
 def agent_environment(backend, spec, slots: list[int]) -> dict[str, str]:
