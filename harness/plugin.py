@@ -409,14 +409,10 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 def _status_counts(results: Path) -> dict[tuple[str, str], dict[str, int]]:
     """Per (tag, model), in name order: how many records have each status (a rerun's
     duplicate counts once, the last record winning; unreadable lines are left to the report)."""
-    import json
+    from harness.spec.records import read_jsonl
 
     last: dict[str, dict] = {}
-    for line in results.read_text(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for record in read_jsonl(results):
         if isinstance(record, dict) and record.get("name") and record.get("status"):
             last[record["name"]] = record
     counts: dict[tuple[str, str], dict[str, int]] = {}

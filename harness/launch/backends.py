@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.spec.flags import flag_argv
+from harness.spec.records import read_json, read_jsonl
 
 from .process import ProcessResult
 from .torchrun import torchrun_command
@@ -141,27 +142,17 @@ class WholeGradientsFromStart:
         return 1
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    records = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return records
-    for line in lines:
-        line = line.strip()
-        if line:
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue  # a half-written last line from a killed run
-    return records
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+def logged_text(result: ProcessResult, logs: list[Path]) -> str:
+    """What a run printed: its stderr, its stdout and each log file, in that order. Step lines
+    are read from all of them: InfiniTrain and a Python trainer that logs with `logging` print
+    them on stderr, others on stdout or into their own log files."""
+    parts = []
+    for path in [result.stderr, result.stdout, *logs]:
+        try:
+            parts.append(path.read_text(errors="replace"))
+        except OSError:
+            pass
+    return "\n".join(parts)
 
 
 def parse_step_lines(text: str) -> list[dict]:
@@ -375,13 +366,7 @@ class CommandBackend(WholeGradientsFromStart):
     def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
         steps = read_jsonl(spec.output_dir / "steps.jsonl")
         if not steps:
-            text = ""
-            for path in [result.stdout, *sorted(spec.log_dir.glob("**/*.log"))]:
-                try:
-                    text += path.read_text(errors="replace") + "\n"
-                except OSError:
-                    pass
-            steps = parse_step_lines(text)
+            steps = parse_step_lines(logged_text(result, sorted(spec.log_dir.glob("**/*.log"))))
         return RunOutputs(steps=steps, gradients_dir=spec.gradients_dir,
                           run_record=read_json(spec.output_dir / "run.json"))
 

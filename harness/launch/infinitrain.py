@@ -33,7 +33,14 @@ from pathlib import Path
 
 from harness.spec.flags import FLAG_TABLE, flag_argv, resumed_first_step
 
-from .backends import LaunchSpec, RunOutputs, base_environment, parse_step_lines, run_command
+from .backends import (
+    LaunchSpec,
+    RunOutputs,
+    base_environment,
+    logged_text,
+    parse_step_lines,
+    run_command,
+)
 from .binary_facts import BinaryFacts, BinaryFactsError, learn_binary
 from .process import ProcessResult
 
@@ -223,13 +230,7 @@ class InfiniTrainBackend:
                           problem=self._problem(spec, result, text, steps))
 
     def _text(self, spec: LaunchSpec, result: ProcessResult) -> str:
-        parts = []
-        for path in [result.stderr, result.stdout, *self._glog_files(spec)]:
-            try:
-                parts.append(path.read_text(errors="replace"))
-            except OSError:
-                pass
-        return "\n".join(parts)
+        return logged_text(result, self._glog_files(spec))
 
     def _problem(self, spec: LaunchSpec, result: ProcessResult, text: str,
                  steps: list[dict]) -> str | None:

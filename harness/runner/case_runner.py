@@ -23,7 +23,6 @@ from harness.launch import (
     ProcessResult,
     free_port,
 )
-from harness.launch.backends import read_jsonl
 from harness.launch.multinode import case_leases, placed, placement_problem
 from harness.launch.placement import launch_placed
 from harness.reference import ReferenceCache, ReferenceError, reference_key
@@ -34,7 +33,7 @@ from harness.reference.golden import (
     fingerprint_mismatch_text,
     mismatches,
 )
-from harness.spec.records import write_steps
+from harness.spec.records import read_jsonl, write_steps
 
 from .calibrate import CalibrationError, measure, session_thresholds
 from .checkpoints import (

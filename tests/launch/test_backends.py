@@ -56,3 +56,24 @@ def test_the_failing_rank_of_a_zygote_run_is_read_from_its_failure_record(tmp_pa
     assert HarnessBackend().failing_rank(spec, result) == "1"
     (logs / "failure.json").write_text("{")  # unreadable: not trusted, the text is read
     assert HarnessBackend().failing_rank(spec, result) is None
+
+
+def test_a_command_trainer_s_step_lines_are_read_from_stderr_too(tmp_path):
+    """InfiniTrain prints its step lines on stderr, as does a Python trainer that logs with
+    `logging`: read from stdout only, such a trainer's run "recorded no steps"."""
+    from harness.launch.process import ProcessResult
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "launcher.stdout").write_text("starting\n")
+    (logs / "launcher.stderr").write_text(
+        "INFO step    1/2 | train loss 5.250158 | lr 1.00e-04 | (12.3 ms | 4150 tok/s)\n"
+        "INFO step    2/2 | train loss 5.1 | lr 1.00e-04 | (10.0 ms | 5000 tok/s)\n")
+    backend = CommandBackend(["trainer"], version="v")
+    spec = LaunchSpec(case="c", model="gpt2", flags={}, world_size=1,
+                      checkpoint=tmp_path / "c.bin", input_bin=tmp_path / "t.bin",
+                      output_dir=tmp_path / "out", gradients_dir=None, log_dir=logs)
+    result = ProcessResult(("trainer",), 0, False, 1.0, logs / "launcher.stdout",
+                           logs / "launcher.stderr")
+    steps = backend.collect(spec, result).steps
+    assert [(s["step"], s["loss"]) for s in steps] == [(1, 5.250158), (2, 5.1)]
