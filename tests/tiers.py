@@ -105,6 +105,7 @@ MODULES: dict[str, str] = {
     "tests/report/test_session_diff.py": UNIT,
     "tests/report/test_session_header.py": UNIT,
     "tests/report/test_throughput.py": UNIT,
+    "tests/report/test_throughput_grouping.py": UNIT,
     "tests/report/test_verdict_plot.py": UNIT,
     "tests/report/test_workflow.py": UNIT,
     "tests/results/test_record_type.py": UNIT,

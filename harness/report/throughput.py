@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from harness.layout import LayerCosts, LayoutError, PipelineLayout, parse_costs
 from harness.layout.schedules import SCHEDULES_FOR_KIND, SIMULATED, chunk_order_kind
 from harness.layout.step_model import StepCosts, StepModel
+from harness.spec.flags import role_of
 
 from .case_view import LAYOUT_FLAGS, CaseView
 from .values import number, section
 
-# Flags that name files or switch on recording: they do not change what is computed.
-_NOT_PARALLELISM = set(LAYOUT_FLAGS) | {"output_dir", "dump_gradients", "profile_layers",
-                                       "device"}
+# What is computed, besides the layout, read from the flag table's roles: mathematics and
+# topology. Inputs, outputs (a run's own paths among them) and resume points do not count.
+_COMPUTED_ROLES = ("mathematics", "topology")
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class LayoutGroup:
 
 
 def _key(v: CaseView) -> tuple:
-    flags = {k: val for k, val in section(v.record, "flags").items() if k not in _NOT_PARALLELISM}
+    flags = {k: val for k, val in section(v.record, "flags").items()
+             if role_of(k) in _COMPUTED_ROLES and k not in LAYOUT_FLAGS}
     return (v.model, v.pp, v.tp, v.dp, v.sequence_parallel, v.dtype, v.schedule,
             json.dumps(flags, sort_keys=True, default=str))
 

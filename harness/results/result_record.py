@@ -113,9 +113,11 @@ class ResultRecord:
     trainer: str | None = doc("the backend that ran the case: `harness` (the bundled trainer), "
                               "`command`, `infinitrain`")
     flags: dict | None = doc(
-        "the flags the run was launched with: the bundled trainer's resolved flags; for another "
-        "trainer the case's flags exactly as the config says (checkpoint paths moved under the "
-        "session)")
+        "the flags the run was launched with, less the run's own output paths the harness "
+        "sets (`output_dir`, `dump_gradients`, `dump_parameter_updates`, `profile_layers`: "
+        "they are in `output_dir` and `command`): the bundled trainer's resolved flags; for "
+        "another trainer the case's flags exactly as the config says (checkpoint paths moved "
+        "under the session)")
     passthrough_flags: list | None = doc(
         "the case's flags the harness's flag table does not know, passed to the trainer as "
         "written and kept in its reference")

@@ -33,6 +33,7 @@ from harness.reference.golden import (
     fingerprint_mismatch_text,
     mismatches,
 )
+from harness.spec.flags import run_private
 from harness.spec.records import read_jsonl, write_steps
 
 from .calibrate import CalibrationError, measure, session_thresholds
@@ -258,7 +259,9 @@ class CaseRunner:
         updates = self.updates_flag(case, no_gradients)
         if updates:  # what the run ends with is compared too (docs/harness_guide.md)
             flags = {**flags, updates: str(out / "updates")}
-        record.flags = flags  # what the run is launched with
+        # What the run is launched with, less its own output paths (flags.run_private): those
+        # are in output_dir and command, and would make every two records differ.
+        record.flags = {k: v for k, v in flags.items() if not run_private(k)}
         spec = LaunchSpec(
             case=case.name, model=case.model, flags=flags, world_size=case.world_size,
             checkpoint=checkpoint, input_bin=input_bin, output_dir=out,

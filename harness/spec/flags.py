@@ -195,6 +195,14 @@ def resumed_first_step(load) -> int:
     return int(match.group(1)) + 1 if match else 1
 
 
+def run_private(name: str) -> bool:
+    """Whether the harness sets this flag per run, to a path of that run's own (output_dir,
+    dump_gradients, ...): such a flag says where a run wrote, never what it computed, and
+    differs between any two runs."""
+    flag = FLAG_TABLE.get(name)
+    return flag is not None and flag.owner == "harness" and flag.role == "output"
+
+
 def role_of(name: str) -> str:
     """A flag's role; a flag the table does not know counts as mathematics (kept)."""
     flag = FLAG_TABLE.get(name)
