@@ -7,20 +7,21 @@ import math
 import shlex
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator
-from harness.compare.case_verdict import UpdatesRequest, judge
+from harness.compare.case_verdict import CaseVerdict, UpdatesRequest, judge
 from harness.compare.dumps import folder_bytes, settle_dumps
-from harness.compare.verdict import UPDATE_RESOLUTION, update_threshold
+from harness.compare.verdict import UPDATE_RESOLUTION, RelativeThresholds, update_threshold
 from harness.launch import (
     CommandBackend,
     HarnessBackend,
     LaunchSpec,
     ProcessResult,
+    RunOutputs,
     free_port,
 )
 from harness.launch.multinode import case_leases, placed, placement_problem
@@ -96,6 +97,33 @@ class BackendUnavailable(RuntimeError):
 
 def topology_text(topology: dict) -> str:
     return ", ".join(f"{name}={value}" for name, value in topology.items()) or "one device"
+
+
+@dataclass(frozen=True)
+class CasePlan:
+    """The plan stage's answer: what the case runs and compares."""
+    case: Case
+    checkpoint: Path
+    input_bin: Path
+    relative: RelativeThresholds  # the scale-free thresholds (defaults or calibrated)
+    out: Path  # the case's run folder
+    flags: dict  # what the run is launched with
+    gradients: bool  # gradients dumped and compared (asked for, and comparable)
+    updates: str | None  # the flag that dumps parameter updates, when they are compared
+
+
+@dataclass(frozen=True)
+class Launched:
+    spec: LaunchSpec
+    result: ProcessResult
+    rank_logs: dict[str, list[Path]]
+
+
+@dataclass(frozen=True)
+class Collected:
+    outputs: RunOutputs
+    layout: dict | None  # the layout the run recorded, else the one the flags ask for
+    failure: str | None  # the crash text when the run failed
 
 
 class CaseRunner:
@@ -221,22 +249,14 @@ class CaseRunner:
         return outcome
 
     def _run(self, case: Case, record: ResultRecord, timings: Timings) -> Outcome:
-        reason = self.skip_reason(case)
-        if reason:
-            return Outcome("skipped", reason)
-        checkpoint, input_bin = self.model_files(case.model)
-        # A layout that cannot place the model's layers is the config's error, found before
-        # anything launches: launched, it would read as a crash of the run (a regression).
-        problem = layout_problem(case, self.num_layers(case.model))
-        if problem:
-            return Outcome("error", problem)
-        try:  # the scale-free thresholds: the defaults, or this machine's calibration
-            relative, record.calibration = session_thresholds(self, case)
-        except CalibrationError as error:  # unreadable, or its noise is above the ceiling
-            return Outcome("error", f"{case.name}: {error}")
-
+        """The case's stages in order: plan -> reference -> launch -> collect -> judge ->
+        settle. Each stage takes the ones before it and fills its part of the record; a stage
+        that ends the case returns its Outcome instead."""
+        planned = self.plan(case, record)
+        if isinstance(planned, Outcome):
+            return planned
         t = time.time()
-        reference = self.reference(case, checkpoint, input_bin)
+        reference = self.reference(case, planned.checkpoint, planned.input_bin)
         timings.reference_s = time.time() - t
         record.reference = Reference(key=reference.key, path=str(reference.path),
                                      built=reference.built,
@@ -244,7 +264,34 @@ class CaseRunner:
                                      topology=dict(case.reference_topology) or None,
                                      golden=reference.info.get("golden"),
                                      golden_mismatch=reference.info.get("mismatch"))
+        waited = wait_for_checkpoint(planned.flags, self.settings.timeout_s)
+        if waited:
+            return Outcome("skipped", waited)
+        launched = self.launch_case(planned, record, timings)
+        collected = self.collect_case(planned, launched, record)
+        if collected.failure is not None:
+            return Outcome("failed", collected.failure)
+        t = time.time()
+        verdict = self.judge_case(planned, collected, reference, record)
+        timings.compare_s = time.time() - t
+        return self.settle(planned, launched, reference, verdict, record)
 
+    def plan(self, case: Case, record: ResultRecord) -> "CasePlan | Outcome":
+        """What the case will run, or why it will not: skip reasons, the model files, the
+        layout (a layout that cannot place the model's layers is the config's error, found
+        before anything launches: launched, it would read as a crash, a regression), the
+        thresholds, the flags and which outputs are compared."""
+        reason = self.skip_reason(case)
+        if reason:
+            return Outcome("skipped", reason)
+        checkpoint, input_bin = self.model_files(case.model)
+        problem = layout_problem(case, self.num_layers(case.model))
+        if problem:
+            return Outcome("error", problem)
+        try:  # the scale-free thresholds: the defaults, or this machine's calibration
+            relative, record.calibration = session_thresholds(self, case)
+        except CalibrationError as error:  # unreadable, or its noise is above the ceiling
+            return Outcome("error", f"{case.name}: {error}")
         out = self.settings.session_dir / "cases" / case.tag / case.model / case.case_id
         flags = self.run_flags(case)
         no_gradients = self.gradients_unavailable(case.model, flags)
@@ -253,23 +300,27 @@ class CaseRunner:
             no_gradients = f"the reference topology's gradients are {reason}" if reason else None
         if case.compare.gradients and no_gradients:
             record.gradients = {"compared": False, "reason": no_gradients}
-        waited = wait_for_checkpoint(flags, self.settings.timeout_s)
-        if waited:
-            return Outcome("skipped", waited)
         updates = self.updates_flag(case, no_gradients)
         if updates:  # what the run ends with is compared too (docs/harness_guide.md)
             flags = {**flags, updates: str(out / "updates")}
         # What the run is launched with, less its own output paths (flags.run_private): those
         # are in output_dir and command, and would make every two records differ.
         record.flags = {k: v for k, v in flags.items() if not run_private(k)}
+        record.output_dir = str(out)
+        return CasePlan(case, checkpoint, input_bin, relative, out, flags,
+                        gradients=case.compare.gradients and not no_gradients,
+                        updates=updates)
+
+    def launch_case(self, planned: "CasePlan", record: ResultRecord,
+                    timings: Timings) -> "Launched":
+        """Lease the devices, launch, record how it went."""
+        case, out = planned.case, planned.out
         spec = LaunchSpec(
-            case=case.name, model=case.model, flags=flags, world_size=case.world_size,
-            checkpoint=checkpoint, input_bin=input_bin, output_dir=out,
-            gradients_dir=(out / "gradients") if case.compare.gradients and not no_gradients
-            else None,
+            case=case.name, model=case.model, flags=planned.flags, world_size=case.world_size,
+            checkpoint=planned.checkpoint, input_bin=planned.input_bin, output_dir=out,
+            gradients_dir=(out / "gradients") if planned.gradients else None,
             log_dir=out / "logs", device=self.settings.device,
         )
-        record.output_dir = str(out)
         t = time.time()
         with self.leases.lease(case.world_size) as slots:
             timings.lease_wait_s = time.time() - t
@@ -286,6 +337,12 @@ class CaseRunner:
         rank_logs = self._rank_logs(spec, result)
         record.logs = Logs(launcher_stdout=str(result.stdout), launcher_stderr=str(result.stderr),
                            ranks={r: [str(p) for p in ps] for r, ps in rank_logs.items()})
+        return Launched(spec, result, rank_logs)
+
+    def collect_case(self, planned: "CasePlan", launched: "Launched",
+                     record: ResultRecord) -> "Collected":
+        """What the run left: steps, layout, run record; the crash text when it failed."""
+        spec, result = launched.spec, launched.result
         outputs = self.backend.collect(spec, result)
         run_record = outputs.run_record or {}
         record.environment = run_record.get("environment")
@@ -299,53 +356,63 @@ class CaseRunner:
         record.losses = [s.get("loss") for s in steps]
         record.steps = [int(s["step"]) for s in steps]
         record.set(**throughput(steps))
-        mark_checkpoint_done(flags, result.ok and not outputs.problem)
-
+        mark_checkpoint_done(planned.flags, result.ok and not outputs.problem)
+        failure = None
         if not result.ok or outputs.problem:
             failing = self.backend.failing_rank(spec, result)
             if failing is None and spec.world_size == 1:
                 failing = "0"  # one process: it is the one that failed
             record.failing_rank = failing
-            return Outcome("failed", self._crash_text(case, spec, result, failing, rank_logs,
-                                                      problem=outputs.problem))
+            failure = self._crash_text(planned.case, spec, result, failing, launched.rank_logs,
+                                       problem=outputs.problem)
+        return Collected(outputs, layout, failure)
 
-        t = time.time()
+    def judge_case(self, planned: "CasePlan", collected: "Collected", reference,
+                   record: ResultRecord) -> CaseVerdict:
+        """The verdict (harness.compare.case_verdict) over what the case compares."""
+        case, flags = planned.case, planned.flags
         ref_steps = read_jsonl(reference.steps_file)
         first = self.first_step(flags)
         ref_steps = [s for s in ref_steps if int(s["step"]) >= first]  # as compare_losses reads it
         record.reference_losses = [s.get("loss") for s in ref_steps]
         record.reference_steps = [int(s["step"]) for s in ref_steps]
-        locator = Locator.from_layout(layout, case.model)
-        compare_gradients_ = case.compare.gradients and spec.gradients_dir is not None
+        gradients = case.compare.gradients and planned.gradients
         verdict = judge(
-            steps, ref_steps if case.compare.loss else None, case.tolerances.loss, relative.loss,
-            (outputs.gradients_dir, reference.gradients_dir) if compare_gradients_ else None,
-            case.tolerances.gradients, relative.gradients, locator,
+            collected.outputs.steps, ref_steps if case.compare.loss else None,
+            case.tolerances.loss, planned.relative.loss,
+            (collected.outputs.gradients_dir, reference.gradients_dir) if gradients else None,
+            case.tolerances.gradients, planned.relative.gradients,
+            Locator.from_layout(collected.layout, case.model),
             tensor_parallel=self.backend.gradient_shards(flags),
-            updates=UpdatesRequest(out / "updates", reference.path / "updates",
+            updates=UpdatesRequest(planned.out / "updates", reference.path / "updates",
                                    update_threshold(case.flags.get("dtype")), UPDATE_RESOLUTION)
-            if updates and compare_gradients_ else None)
+            if planned.updates and gradients else None)
         judged = verdict.record()
         record.loss = judged.get("loss", record.loss)
         record.gradients = judged.get("gradients", record.gradients)  # or why none were compared
-        ok, lines = verdict.ok, verdict.lines()
-        timings.compare_s = time.time() - t
+        return verdict
+
+    def settle(self, planned: "CasePlan", launched: "Launched", reference,
+               verdict: CaseVerdict, record: ResultRecord) -> Outcome:
+        """Calibration measurements, the dumps kept or removed, the outcome."""
+        case, spec = planned.case, launched.spec
         calibration_error = None
         if self.settings.calibrate_repeats:  # --harness-calibrate: this machine's noise
             try:  # before the dumps are settled: the fp64 ratio reads the run's gradients
-                measure(self, case, record, reference, checkpoint, input_bin, passed=bool(ok))
+                measure(self, case, record, reference, planned.checkpoint, planned.input_bin,
+                        passed=verdict.ok)
             except CalibrationError as error:
                 calibration_error = error
-        record.dumps = settle_dumps(spec.gradients_dir, bool(ok), self.settings.keep_dumps)
-        if updates:
-            settle_dumps(out / "updates", bool(ok), self.settings.keep_dumps)
+        record.dumps = settle_dumps(spec.gradients_dir, verdict.ok, self.settings.keep_dumps)
+        if planned.updates:
+            settle_dumps(planned.out / "updates", verdict.ok, self.settings.keep_dumps)
         record.disk_bytes = folder_bytes(spec.output_dir)
         if calibration_error is not None:
             return Outcome("error", f"{case.name}: {calibration_error}")
-        if ok:
+        if verdict.ok:
             return Outcome("passed", "")
-        return Outcome("failed", mismatch_text(case, lines, spec.output_dir, reference.path,
-                                               result.argv))
+        return Outcome("failed", mismatch_text(case, verdict.lines(), spec.output_dir,
+                                               reference.path, launched.result.argv))
 
     # ------------------------------------------------------------------ pieces
 
