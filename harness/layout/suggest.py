@@ -157,8 +157,10 @@ def suggest_chunks(costs: StepCosts, pp: int, vpp: int, microbatches: int, sched
     if result.best is None:
         t = result.tightest
         stage = max(range(pp), key=t.peaks.__getitem__)
+        # The exact search proves nothing fits; the local search only failed to find a fit.
+        searched = "no layout fits" if result.exhaustive else "the local search found no layout that fits"
         raise LayoutError(
-            f"no layout fits --memory-budget-mb {budget_mb:g}: the lowest modelled peak found is "
+            f"{searched} --memory-budget-mb {budget_mb:g}: the lowest modelled peak found is "
             f"stage {stage}'s {t.peaks[stage] / MB:.1f} MB (layout {t.chunk_layout}, {t.schedule}); "
             f"expected a budget of at least {t.peaks[stage] / MB:.1f} MB, or more stages or fewer microbatches")
     best = result.best

@@ -105,7 +105,9 @@ class SavedTensorMeter:
             if self.key is not None:
                 self.new_bytes[self.key] += storage.nbytes()
         self._refs[pointer] += 1
-        return _Saved(tensor, lambda: self._release(pointer))
+        # Detached: the wrapper must not hold the tensor's grad_fn, which holds the wrapper (a
+        # saved output would close a cycle that outlives the backward).
+        return _Saved(tensor.detach(), lambda: self._release(pointer))
 
     @staticmethod
     def _unpack(saved):
@@ -269,9 +271,14 @@ class LayerProfiler:
         def enter(_module, _args):
             self.meter.enter()
 
-        def leave(_module, _args, _output):
+        def leave(_module, _args, output):
             self.meter.key = None
             self.meter.exit()
+            # The blocks' backward hooks hand their outputs on as views, and torch's zero-bubble
+            # backward detaches a stage's output in place, which a view refuses: give it a copy.
+            if isinstance(output, torch.Tensor) and output._is_view():
+                return output.clone()
+            return None
 
         self._handles += [part.register_forward_pre_hook(enter), part.register_forward_hook(leave)]
 

@@ -81,11 +81,12 @@ def test_cli_trains_and_writes_records_step_lines_and_gradients(tiny_assets, tmp
 
 def test_profiled_run_feeds_the_suggestion_tool(tiny_assets, tmp_path):
     assert main(_flags(tiny_assets, "gpt2", tmp_path)) == 0
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.layout.suggest", "--pipeline-parallel", "2",
-         "--profile", str(tmp_path / "timings.jsonl"), "--json"],
-        capture_output=True, text=True, timeout=60,
-    )
+    ask = [sys.executable, "-m", "harness.layout.suggest", "--pipeline-parallel", "2",
+           "--profile", str(tmp_path / "timings.jsonl"), "--json"]
+    # A one-device profile for two stages is taken only when asked (issue 25: another shape).
+    refused = subprocess.run(ask, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "recorded with --pipeline_parallel 1" in refused.stderr
+    result = subprocess.run([*ask, "--any-profile-shape"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     suggestion = json.loads(result.stdout)
     assert sum(suggestion["partition"]) == 8 and len(suggestion["partition"]) == 2
