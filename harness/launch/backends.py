@@ -87,7 +87,8 @@ class TrainerBackend(Protocol):
         """The first step a run of these flags prints (a resumed run starts later)."""
 
     def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
-        """Run it on this machine (several nodes and Slurm go through harness.launch.multinode)."""
+        """Run it on this machine (harness.launch.placement sends several nodes and Slurm
+        elsewhere)."""
 
     def command(self, spec: LaunchSpec) -> list[str]: ...
 

@@ -25,7 +25,7 @@ from harness.launch import (
     free_port,
 )
 from harness.launch.multinode import case_leases, placed, placement_problem
-from harness.launch.placement import launch_placed
+from harness.launch.placement import launch_run
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 from harness.results.result_record import Logs, Reference, ResultRecord, Timings
 from harness.reference.golden import (
@@ -417,11 +417,7 @@ class CaseRunner:
     # ------------------------------------------------------------------ pieces
 
     def _launch(self, spec: LaunchSpec) -> ProcessResult:
-        spec.log_dir.mkdir(parents=True, exist_ok=True)
-        result = launch_placed(self.backend, spec, self.settings)  # several nodes, or Slurm
-        if result is not None:
-            return result
-        return self.backend.launch(spec, self.settings)
+        return launch_run(self.backend, spec, self.settings)  # Slurm, local agents or local
 
     def updates_flag(self, case: Case, no_gradients: str | None = None) -> str | None:
         """The flag that makes the bundled trainer dump every parameter's change over the run
