@@ -74,7 +74,7 @@ class CoverageError(ValueError):
 def plan_case(case: Case, preset: str) -> PlannedCase:
     """The trainer's plan of a case on the preset's model config, or CoverageError."""
     from harness.assets.presets import PRESETS
-    from harness.layout import LayoutError, resolve_layout
+    from harness.layout import LayoutError, layout_from_flags
     from harness.trainer.flags import FlagError, TrainerFlags
     from harness.trainer.parallel.validate import plan_parallel
 
@@ -82,11 +82,7 @@ def plan_case(case: Case, preset: str) -> PlannedCase:
     flags = TrainerFlags(**{k: v for k, v in case.flags.items() if k in names})
     config = getattr(PRESETS[preset], case.model)
     try:
-        layout = resolve_layout(
-            config.n_layer, flags.pipeline_parallel, flags.virtual_pipeline_parallel,
-            partition=flags.pipeline_layer_partition, costs=flags.pipeline_layer_costs,
-            chunk_layout=flags.pipeline_chunk_layout,
-            megatron_layout=flags.pipeline_model_parallel_layout)
+        layout = layout_from_flags(config.n_layer, dataclasses.asdict(flags))
         plan = plan_parallel(flags, config, layout, case.world_size)
     except (FlagError, LayoutError) as error:
         raise CoverageError(f"{case.name}: the trainer refuses it: {error}") from None

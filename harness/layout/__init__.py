@@ -8,8 +8,8 @@ from .costs import LayerCosts, parse_costs
 from .errors import LayoutError
 from .layout import PipelineLayout
 from .profile import RECORD_FORMAT, read_profile
-from .resolve import resolve_layout
+from .resolve import layout_from_flags, resolve_layout
 from .solver import balance_stages, stage_costs
 
 __all__ = ["RECORD_FORMAT", "LayerCosts", "LayoutError", "PipelineLayout", "balance_stages", "parse_costs",
-           "read_profile", "resolve_layout", "stage_costs"]
+           "layout_from_flags", "read_profile", "resolve_layout", "stage_costs"]

@@ -1,10 +1,26 @@
-"""resolve_layout: the one call the trainer makes with its four layout flags."""
+"""A layout from flags: `layout_from_flags` is the one function the trainer, the runner's plan
+stage and the coverage table build a layout with; resolve_layout takes the values one by one."""
 
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 from .errors import (CHUNK_LAYOUT_FLAG, COSTS_FLAG, MEGATRON_FLAG, PARTITION_FLAG, PP_FLAG, VPP_FLAG,
                      LayoutError, check_chunk_count, check_count, flag_value)
 from .layout import PipelineLayout
+
+# The layout's flags by name (as harness.spec.flags names them), and resolve_layout's argument
+# each one is.
+LAYOUT_OPTIONS = {"pipeline_layer_partition": "partition", "pipeline_layer_costs": "costs",
+                  "pipeline_chunk_layout": "chunk_layout",
+                  "pipeline_model_parallel_layout": "megatron_layout"}
+
+
+def layout_from_flags(num_layers: int, flags: Mapping[str, Any]) -> PipelineLayout:
+    """The layout a run of these flags places (flag name -> value; absent: the default)."""
+    return resolve_layout(num_layers, int(flags.get("pipeline_parallel") or 1),
+                          int(flags.get("virtual_pipeline_parallel") or 1),
+                          **{arg: flags.get(name) for name, arg in LAYOUT_OPTIONS.items()})
 
 
 def resolve_layout(num_layers: int, pp: int, vpp: int = 1, partition: str | None = None,

@@ -54,12 +54,6 @@ def layout_problem(case: Case, num_layers: int | None) -> str | None:
 
 
 def _resolve(case: Case, num_layers: int):
-    from harness.layout import resolve_layout
+    from harness.layout import layout_from_flags
 
-    f = case.flags
-    return resolve_layout(
-        num_layers, case.pp, case.vpp,
-        partition=f.get("pipeline_layer_partition"), costs=f.get("pipeline_layer_costs"),
-        chunk_layout=f.get("pipeline_chunk_layout"),
-        megatron_layout=f.get("pipeline_model_parallel_layout"),
-    )
+    return layout_from_flags(num_layers, case.flags)

@@ -9,6 +9,7 @@ exits, so a message printed by rank 0 alone can be lost when another rank exits 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import resource
@@ -17,7 +18,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from harness.layout import LayoutError, resolve_layout
+from harness.layout import LayoutError, layout_from_flags
 from harness.spec.llmc import LlmcFormatError, read_checkpoint_header, read_tokens
 from harness.trainer.flags import FlagError, TrainerFlags, check_batch_arithmetic, parse_flags
 
@@ -66,15 +67,7 @@ def _check_inputs(flags: TrainerFlags):
             f"--pipeline_schedule={flags.pipeline_schedule} needs --pipeline_parallel > 1; "
             "with one stage there is no pipeline to schedule"
         )
-    layout = resolve_layout(
-        config.n_layer,
-        flags.pipeline_parallel,
-        flags.virtual_pipeline_parallel,
-        partition=flags.pipeline_layer_partition,
-        costs=flags.pipeline_layer_costs,
-        chunk_layout=flags.pipeline_chunk_layout,
-        megatron_layout=flags.pipeline_model_parallel_layout,
-    )
+    layout = layout_from_flags(config.n_layer, dataclasses.asdict(flags))
     return model_kind, config, layout
 
 

@@ -128,3 +128,14 @@ def test_megatron_round_trip(layout):
     text = layout.to_megatron()
     assert PipelineLayout.from_megatron(layout.num_layers, layout.pp, text) == layout
     assert text.startswith("E") and text.endswith("NL")
+
+
+def test_a_layout_is_built_from_flags_by_name_in_one_function():
+    from harness.layout import layout_from_flags, resolve_layout
+
+    assert layout_from_flags(8, {}) == resolve_layout(8, 1)
+    assert layout_from_flags(8, {"pipeline_parallel": 2, "pipeline_layer_partition": "5,3"}) == \
+        resolve_layout(8, 2, partition="5,3")
+    assert layout_from_flags(8, {"pipeline_parallel": 2, "virtual_pipeline_parallel": 2,
+                                 "pipeline_chunk_layout": "0:2,1:2,1:2,0:2"}) == \
+        resolve_layout(8, 2, 2, chunk_layout="0:2,1:2,1:2,0:2")
