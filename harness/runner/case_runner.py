@@ -79,16 +79,19 @@ def trainer_identity(config: HarnessConfig, device: str) -> dict:
 
 class UnavailableBackend:
     """The configured trainer when it cannot be set up (a missing build folder): every case
-    that reaches it is an error with that one line, and none is lost from the report."""
+    that reaches it is an error with that one line, and none is lost from the report. Every
+    question of the TrainerBackend protocol is answered by raising BackendUnavailable."""
 
     def __init__(self, name: str, problem: str) -> None:
         self.name = name
         self.problem = problem
 
-    def __getattr__(self, attribute: str):
-        if attribute.startswith("__"):
-            raise AttributeError(attribute)
+    def _unavailable(self, *_args, **_kwargs):
         raise BackendUnavailable(self.problem)
+
+    version = unsupported = gradients_unavailable = gradient_shards = first_step = \
+        launch = command = environment = collect = rank_logs = failing_rank = \
+        working_dir = _unavailable
 
 
 class BackendUnavailable(RuntimeError):

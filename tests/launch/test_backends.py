@@ -77,3 +77,16 @@ def test_a_command_trainer_s_step_lines_are_read_from_stderr_too(tmp_path):
                            logs / "launcher.stderr")
     steps = backend.collect(spec, result).steps
     assert [(s["step"], s["loss"]) for s in steps] == [(1, 5.250158), (2, 5.1)]
+
+
+def test_an_unavailable_backend_answers_every_question_of_the_protocol_with_its_problem():
+    from harness.launch.backends import TrainerBackend
+    from harness.runner.case_runner import BackendUnavailable, UnavailableBackend
+
+    backend = UnavailableBackend("infinitrain", "no build folder /x")
+    questions = [n for n in vars(TrainerBackend) if not n.startswith("_") and
+                 callable(vars(TrainerBackend)[n])]
+    assert len(questions) >= 12
+    for name in questions:
+        with pytest.raises(BackendUnavailable, match="no build folder /x"):
+            getattr(backend, name)()
