@@ -469,36 +469,9 @@ class CaseRunner:
                     spec.port = free_port(self.settings.session_dir / "ports")
                 result = self._launch(spec)
                 outputs = self.backend.collect(spec, result)
-            no_gradients = self.gradients_unavailable(case.model, flags)
-            what = "reference" if world == 1 else \
-                f"reference ({topology_text(case.reference_topology)})"
-            problem = None
-            if not result.ok or outputs.problem:
-                problem = self._crash_text(case, spec, result, None,
-                                           self._rank_logs(spec, result), what=what,
-                                           problem=outputs.problem)
-            elif not outputs.steps:
-                problem = f"the reference run of {case.model} recorded no steps"
-            elif not all(math.isfinite(float(s["loss"])) for s in outputs.steps):
-                problem = f"the reference run of {case.model} has a non-finite loss"
-            elif not no_gradients and not list((folder / "gradients").glob("*.npy")):
-                problem = f"the reference run of {case.model} dumped no gradients"
-            elif updates and not list((folder / "updates").glob("*.npy")):
-                problem = (f"the reference run of {case.model} dumped no parameter updates "
-                           f"(--{updates})")
+            problem = self._reference_problem(case, spec, result, outputs, flags, updates)
             if problem:
-                if "command:" not in problem:
-                    problem += f"\ncommand: {shlex.join(result.argv)}\nlog: {result.stdout}"
-                # The build's folder is deleted by the cache once this raises: its logs are
-                # kept beside the failure text, and the text points there.
-                kept = failure.with_suffix("")
-                failure.parent.mkdir(parents=True, exist_ok=True)
-                if (folder / "logs").is_dir():
-                    shutil.rmtree(kept, ignore_errors=True)
-                    shutil.copytree(folder / "logs", kept / "logs")
-                problem = problem.replace(str(folder), str(kept))
-                failure.write_text(problem)
-                raise ReferenceError(problem)
+                self._keep_reference_failure(failure, folder, problem, result)
             if not (folder / "steps.jsonl").is_file():
                 write_steps(folder / "steps.jsonl", outputs.steps)
             return {"command": list(result.argv), "duration_s": result.duration_s}
@@ -507,6 +480,44 @@ class CaseRunner:
         if self.settings.golden_write_dir is not None:
             GoldenStore(self.settings.golden_write_dir).write(key, entry, self.fingerprint())
         return entry
+
+    def _reference_problem(self, case: Case, spec: LaunchSpec, result: ProcessResult,
+                           outputs: RunOutputs, flags: dict, updates: str | None) -> str | None:
+        """Why a reference build cannot be trusted (crashed, no steps, a non-finite loss, no
+        gradients or updates where they were asked for), or None."""
+        folder, world = spec.output_dir, spec.world_size
+        if not result.ok or outputs.problem:
+            what = "reference" if world == 1 else \
+                f"reference ({topology_text(case.reference_topology)})"
+            return self._crash_text(case, spec, result, None, self._rank_logs(spec, result),
+                                    what=what, problem=outputs.problem)
+        if not outputs.steps:
+            return f"the reference run of {case.model} recorded no steps"
+        if not all(math.isfinite(float(s["loss"])) for s in outputs.steps):
+            return f"the reference run of {case.model} has a non-finite loss"
+        if not self.gradients_unavailable(case.model, flags) and \
+                not list((folder / "gradients").glob("*.npy")):
+            return f"the reference run of {case.model} dumped no gradients"
+        if updates and not list((folder / "updates").glob("*.npy")):
+            return f"the reference run of {case.model} dumped no parameter updates (--{updates})"
+        return None
+
+    @staticmethod
+    def _keep_reference_failure(failure: Path, folder: Path, problem: str,
+                                result: ProcessResult) -> None:
+        """Write the failure text for the session's later cases and raise it. The build's
+        folder is deleted by the cache once this raises: its logs are kept beside the text,
+        and the text points there."""
+        if "command:" not in problem:
+            problem += f"\ncommand: {shlex.join(result.argv)}\nlog: {result.stdout}"
+        kept = failure.with_suffix("")
+        failure.parent.mkdir(parents=True, exist_ok=True)
+        if (folder / "logs").is_dir():
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(folder / "logs", kept / "logs")
+        problem = problem.replace(str(folder), str(kept))
+        failure.write_text(problem)
+        raise ReferenceError(problem)
 
     def fingerprint(self) -> dict:
         return environment_fingerprint(self.backend.version(), self.settings.device,
