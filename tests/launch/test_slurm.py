@@ -265,7 +265,7 @@ def test_sigterm_cancels_the_running_job_and_keeps_the_finished(slurm, pytester,
     the report command printed, the running job cancelled and waited for, and the trainer's
     processes on the node ended (by pid)."""
     from tests.plugin.conftest import fake_config, harness_args
-    from tests.reliability.checks import assert_no_process_left, jsonl
+    from tests.reliability.checks import assert_no_process_left, interrupt_when, jsonl
 
     (pytester.path / "cases.json").write_text(json.dumps(fake_config(
         [{"id": "ok", "args": {}}, {"id": "hang", "args": {}}])))
@@ -277,20 +277,13 @@ def test_sigterm_cancels_the_running_job_and_keeps_the_finished(slurm, pytester,
         [sys.executable, "-m", "pytest", *harness_args(pytester, "--harness-scheduler", "slurm",
                                                        "--harness-timeout", "120")],
         cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not any(r.get("child") for r in jsonl(records / "pids.jsonl")):
-            assert session.poll() is None, session.stdout.read()
-            assert time.monotonic() < deadline, "the hang case never started"
-            time.sleep(0.1)
+    def running() -> bool:
+        if not any(r.get("child") for r in jsonl(records / "pids.jsonl")):
+            return False
         assert slurm.jobs(), "the hanging case is no Slurm job"
-        session.send_signal(signal.SIGTERM)
-        out, _ = session.communicate(timeout=240)
-    finally:
-        if session.poll() is None:
-            session.kill()
-    assert session.returncode == pytest.ExitCode.INTERRUPTED, out
-    assert "report: python -m harness.report" in out
+        return True
+
+    interrupt_when(session, running, signal.SIGTERM)
     assert slurm.jobs() == [], f"left in the queue: {slurm.jobs()}"
     assert_no_process_left(records, within_s=10)
     results = {r["name"]: r for r in jsonl(next((pytester.path / "out").glob(

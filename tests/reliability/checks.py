@@ -76,3 +76,25 @@ def results(session: Path) -> dict[str, dict]:
     for record in records:
         assert record["format"] == "harness.result/2"
     return {r["name"]: r for r in records}
+
+
+def interrupt_when(session, started, sig: int, timeout_s: float = 240.0) -> str:
+    """Wait until `started()` holds for the running pytest `session` (a Popen with stdout
+    piped), send it `sig`, and return its output once it has ended as an interrupted session
+    that printed the report command. The session is killed on any way out of this."""
+    import pytest
+
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not started():
+            assert session.poll() is None, session.stdout.read()
+            assert time.monotonic() < deadline, "what was waited for never started"
+            time.sleep(0.1)
+        session.send_signal(sig)
+        out, _ = session.communicate(timeout=timeout_s)
+    finally:
+        if session.poll() is None:
+            session.kill()
+    assert session.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "report: python -m harness.report" in out  # the summary names the report command
+    return out
