@@ -177,7 +177,6 @@ TESTS: dict[str, str] = {
     "tests/plugin/test_session_layout.py::test_a_single_process_run_has_its_output_as_rank_0_logs": TORCHRUN,
     "tests/plugin/test_session_layout.py::test_git_facts_outside_and_inside_a_work_tree": SUBPROCESS,
     "tests/reliability/test_fuzz_trainer_flags.py::test_fuzzed_flags_through_a_real_run": TORCHRUN,
-    "tests/reliability/test_security.py::test_hostile_layout_value_reaches_the_real_trainer_as_text": TORCHRUN,
     "tests/reliability/test_security.py::test_hostile_values_arrive_verbatim_as_one_argv_item": SUBPROCESS,
     "tests/report/test_cli.py::test_module_entry_point": SUBPROCESS,
     "tests/report/test_location.py::test_harness_output_wins_and_is_read_by_a_subprocess_elsewhere": SUBPROCESS,

@@ -67,8 +67,10 @@ def test_tags_that_are_paths_are_refused_at_load(tmp_path, tag):
 
 
 @pytest.mark.slow
-def test_hostile_layout_value_reaches_the_real_trainer_as_text(pytester, tiny_assets):
-    """Our trainer parses the value as a layout and refuses it; no shell ever sees it."""
+def test_a_hostile_layout_value_is_refused_as_text_before_anything_runs(pytester, tiny_assets):
+    """The plan stage parses the value as a layout (harness.layout, the trainer's own parser)
+    and refuses it as a config error: nothing is launched, no shell ever sees it. (That a value
+    reaches a trainer as one argv item: test_hostile_values_arrive_verbatim_as_one_argv_item.)"""
     canary = pytester.path / "pwned-real"
     value = f"$(touch {canary}); touch {canary}"
     config = {"models": ["gpt2"],
@@ -79,8 +81,7 @@ def test_hostile_layout_value_reaches_the_real_trainer_as_text(pytester, tiny_as
     result = pytester.runpytest(*harness_args(pytester, "--gpus", "1"))
     result.assert_outcomes(failed=1)
     record = results(the_session(pytester.path / "out"))["sec/gpt2/hostile"]
-    assert record["status"] == "failed" and record["returncode"] == 2
-    assert f"--pipeline_model_parallel_layout={value}" in record["command"]
-    assert f"error: --pipeline_model_parallel_layout {value!r}: unknown symbol '$' at position 0" \
+    assert record["status"] == "error" and record["command"] is None
+    assert f"--pipeline_model_parallel_layout {value!r}: unknown symbol '$' at position 0" \
         in record["errors"][0]
     assert not canary.exists()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from harness.layout import PipelineLayout
+from harness.layout.profile import MEMORY_FORMAT, RECORD_FORMAT
 from harness.trainer.gradient_dump import read_manifest
 from harness.trainer.main import main
 from harness.trainer.models import build_model
@@ -71,7 +72,9 @@ def test_cli_trains_and_writes_records_step_lines_and_gradients(tiny_assets, tmp
     assert np.abs(np.load(tmp_path / "grads" / "h.7.mlp.c_fc.weight.npy")).max() > 0
 
     # Per-layer timings in the suggestion tool's format: every layer, every step.
-    timings = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
+    timings = [r for r in records if r["format"] == RECORD_FORMAT]  # then one memory record a step
+    assert [r["step"] for r in records if r["format"] == MEMORY_FORMAT] == [1, 2, 3]
     assert {(t["step"], t["layer"]) for t in timings} == {
         (step, layer) for step in (1, 2, 3) for layer in [*range(8), "embedding", "lm_head"]
     }
