@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from harness.launch.process import signal_group
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "slurm.md"
@@ -76,7 +79,7 @@ def test_the_nightly_runs_and_its_cancel_step_leaves_no_job(slurm, tmp_path):
 
     # The same nightly again, cancelled while its jobs are queued or running: the cancel step.
     running = subprocess.Popen(matrix, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while not slurm.jobs():
@@ -92,7 +95,8 @@ def test_the_nightly_runs_and_its_cancel_step_leaves_no_job(slurm, tmp_path):
             time.sleep(0.2)
         assert slurm.jobs() == [], f"left in the queue: {slurm.jobs()}"
     finally:
-        running.terminate()  # the workflow's own cancel: SIGTERM to the pytest step
+        # the workflow's own cancel: SIGTERM to the step's processes (bash and its pytest)
+        signal_group(running.pid, signal.SIGTERM)
         out, _ = running.communicate(timeout=300)
     assert slurm.jobs() == []
     assert "was cancelled (not by the harness" in out or "terminated by SIGTERM" in out, out[-3000:]
