@@ -31,9 +31,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -65,9 +66,10 @@ NEVER_STARTS = {
     "QOSMaxCpuPerJobLimit", "QOSMaxGRESPerJob", "AssocMaxNodesPerJobLimit",
     "AssocMaxWallDurationPerJobLimit", "AssocMaxCpuPerJobLimit", "AssocMaxGRESPerJob",
 }
-# srun's own line for a task that failed, in the job script's output
+# srun's own line for a task that failed, in the job script's output (another wording leaves
+# the node's code unknown: no code is made up for it)
 _SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (Exited with exit code (\d+)|"
-                        r"Killed|Terminated|.*)")
+                        r"Killed|Terminated)")
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "PREEMPTED",
          "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
 STARTED = {"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT"}
@@ -360,7 +362,8 @@ def node_exit_codes(log_dir: Path, nodes: int, batch: Path):
     except OSError:
         text = ""
     for match in _SRUN_TASK.finditer(text):
-        code = int(match.group(4)) if match.group(4) else -9 if match.group(3) == "Killed" else -15
+        code = int(match.group(4)) if match.group(4) else \
+            -signal.SIGKILL if match.group(3) == "Killed" else -signal.SIGTERM
         for task in _task_list(match.group(2)):
             if task < nodes and codes[task] is None:
                 codes[task], sources[task] = code, "srun"

@@ -299,7 +299,8 @@ def test_node_exit_codes_come_from_the_nodes_then_srun_else_unknown(tmp_path):
     (tmp_path / "launcher.node3.exit.json").write_text('{"returncode": -6, "ended": 11.0}')
     batch = tmp_path / "slurm-7.out"
     batch.write_text("srun: error: n0: task 0: Exited with exit code 2\n"
-                     "srun: error: n2: task 2: Exited with exit code 9\n")  # node 2's own wins
+                     "srun: error: n2: task 2: Exited with exit code 9\n"  # node 2's own wins
+                     "srun: error: n4: task 4: Some other wording\n")  # no code made up
     codes, sources, first = node_exit_codes(tmp_path, 5, batch)
     assert codes == [2, 0, 1, -6, None]
     assert sources == ["srun", "node", "node", "node", "unknown"]
