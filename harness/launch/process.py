@@ -76,16 +76,9 @@ def start(argv: Sequence[str], env: Mapping[str, str], stdout, stderr, stdin=sub
                             stdout=stdout, stderr=stderr, start_new_session=True)
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
 def signal_group(pgid: int, sig: int) -> bool:
-    """Send sig to the process group; False when the group is gone."""
+    """Send sig to the process group (0: only ask whether it is there); False when the group
+    is gone."""
     try:
         os.killpg(pgid, sig)
         return True
@@ -99,7 +92,7 @@ def end_group(pgid: int, grace_s: float = GRACE_S) -> None:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not group_alive(pgid):
+        if not signal_group(pgid, 0):
             return
         time.sleep(0.02)
     signal_group(pgid, signal.SIGKILL)
