@@ -30,6 +30,7 @@ from filelock import FileLock
 
 from harness.spec.llmc import parameter_shapes, write_checkpoint, write_tokens
 from harness.spec.models import MODEL_SPECS, spec_for_config
+from harness.spec.records import write_atomic
 
 from .presets import PRESETS, Preset
 
@@ -120,9 +121,7 @@ def generate_assets(out_dir: str | os.PathLike, preset: str = "tiny", seed: int 
     manifest = {"generator_version": GENERATOR_VERSION, "preset": preset, "seed": seed,
                 "models": list(models), "configs": configs, "files": files}
     # No timestamps: the same (preset, seed) gives a byte-identical manifest too.
-    tmp = out / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, out / MANIFEST)
+    write_atomic(out / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 

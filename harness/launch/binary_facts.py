@@ -13,12 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
+
+from harness.spec.records import write_atomic
+
+from .process import run_process
+from .reaper import CANNOT_START
 
 FACTS_FORMAT = "harness.binary_facts/1"
 # Bytes a CUDA build of InfiniTrain carries: the names of the libraries its ELF links or loads
@@ -93,20 +97,25 @@ def parse_helpxml(text: str, binary: Path) -> frozenset[str]:
 
 
 def ask_binary(binary: Path, sha256: str, multi_rank: bool, cwd: Path) -> BinaryFacts:
-    """Run `binary --helpxml` (gflags prints the listing and exits 1) in `cwd`."""
+    """Run `binary --helpxml` (gflags prints the listing and exits 1) in `cwd`, under the
+    reaper like every other process the harness starts."""
+    # glog to stderr only: asking must leave no log files in the system temp folder
+    env = {**os.environ, "GLOG_logtostderr": "1"}
+    stdout, stderr = (cwd / f".{sha256}.{os.getpid()}.{name}" for name in ("stdout", "stderr"))
     try:
-        # glog to stderr only: asking must leave no log files in the system temp folder
-        env = {**os.environ, "GLOG_logtostderr": "1"}
-        done = subprocess.run([str(binary), "--helpxml"], capture_output=True, text=True,
-                              errors="replace", timeout=_LISTING_TIMEOUT_S, cwd=cwd, env=env,
-                              stdin=subprocess.DEVNULL, start_new_session=True)
-    except subprocess.TimeoutExpired:
+        done = run_process([binary, "--helpxml"], env, _LISTING_TIMEOUT_S, stdout, stderr, cwd=cwd)
+        text = (stdout.read_text(errors="replace") + "\n"
+                + stderr.read_text(errors="replace"))
+    finally:
+        stdout.unlink(missing_ok=True)
+        stderr.unlink(missing_ok=True)
+    if done.timed_out:
         raise BinaryFactsError(f"{binary}: `--helpxml` did not answer within "
-                               f"{_LISTING_TIMEOUT_S:.0f} s; expected gflags' flag "
-                               f"listing") from None
-    except OSError as error:
-        raise BinaryFactsError(f"{binary}: cannot be run ({error})") from None
-    flags = parse_helpxml(done.stdout + "\n" + done.stderr, binary)
+                               f"{_LISTING_TIMEOUT_S:.0f} s; expected gflags' flag listing")
+    not_started = [line for line in text.splitlines() if line.startswith("reaper: cannot start")]
+    if done.returncode == CANNOT_START and not_started:
+        raise BinaryFactsError(f"{binary}: cannot be run ({not_started[0].split(': ', 2)[-1]})")
+    flags = parse_helpxml(text, binary)
     return BinaryFacts(path=str(binary), sha256=sha256, flags=flags, multi_rank=multi_rank)
 
 
@@ -123,7 +132,5 @@ def learn_binary(binary: Path, store: Path) -> BinaryFacts:
         except (OSError, ValueError, KeyError, TypeError):
             pass  # not asked yet, or a damaged entry: ask again
         facts = ask_binary(binary, sha256, multi_rank, cwd=store)
-        temporary = store / f".{sha256}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps(facts.to_json(), indent=1) + "\n")
-        os.replace(temporary, entry)
+        write_atomic(entry, json.dumps(facts.to_json(), indent=1) + "\n")
     return facts

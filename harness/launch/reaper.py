@@ -41,6 +41,7 @@ import sys
 import time
 
 GRACE_S = 5.0
+CANNOT_START = 127  # the command could not be executed (a shell's code for it)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -155,7 +156,7 @@ def supervise(argv: list[str], exit_file: str | None = None) -> int:
                 os.execvp(argv[0], argv)
             except OSError as error:
                 print(f"reaper: cannot start {argv[0]}: {error}", file=sys.stderr, flush=True)
-            os._exit(127)
+            os._exit(CANNOT_START)
         while True:
             pid, status = os.waitpid(-1, 0)  # re-parented orphans are collected here too
             if pid == child:

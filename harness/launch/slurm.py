@@ -41,6 +41,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.spec.records import write_atomic
+
 from .multinode import (
     NodePlan,
     agent_command,
@@ -80,6 +82,13 @@ class SlurmError(RuntimeError):
 
 
 @dataclass
+class JobSeen:
+    """What the polling of one job saw last: scontrol's fields and (queue_s, run_s)."""
+    info: dict = field(default_factory=dict)
+    times: tuple[float | None, float | None] = (None, None)
+
+
+@dataclass
 class SlurmScheduler:
     timeout_s: float  # running time, from the job's start; past it the job is cancelled
     pending_timeout_s: float  # time in the queue before it starts
@@ -87,9 +96,6 @@ class SlurmScheduler:
     poll_s: float = POLL_S
     env: dict[str, str] | None = None  # the environment sbatch / scontrol see (default: ours)
     submitted: list[str] = field(default_factory=list)
-    # What the last `run` saw of its job: scontrol's fields, and (queue_s, run_s).
-    last_info: dict = field(default_factory=dict)
-    times: tuple[float | None, float | None] = (None, None)
 
     @classmethod
     def from_settings(cls, settings) -> "SlurmScheduler":
@@ -189,13 +195,14 @@ class SlurmScheduler:
         (log_dir / "slurm-job").write_text(job + "\n")
         fault, timed_out, returncode = None, False, None
         ended = False
-        self.last_info, self.times = {}, (None, None)
+        seen = JobSeen()
         try:
-            fault, timed_out, returncode, ended = self._follow(job, started)
+            fault, timed_out, returncode, ended = self._follow(job, started, seen)
         finally:
             if not ended:  # an interrupt, an error, our timeout: no job is left behind
                 self.cancel(job)
-        return self._result(spec, plan, template, returncode, started, timed_out, fault, job)
+        return self._result(spec, plan, template, returncode, started, timed_out, fault, job,
+                            seen)
 
     def _times(self, info: dict, submitted: float, running_since: float | None,
                ended: float) -> tuple[float | None, float | None]:
@@ -211,16 +218,17 @@ class SlurmScheduler:
             return None, None
         return running_since - submitted, ended - running_since
 
-    def _follow(self, job: str, submitted: float):
-        """Wait for the job: (fault, timed_out, returncode, ended)."""
+    def _follow(self, job: str, submitted: float, seen: "JobSeen"):
+        """Wait for the job: (fault, timed_out, returncode, ended); `seen` keeps what the
+        polling saw last, for the record."""
         running_since = None
         while True:
             info = self.job_info(job)
             if not info.get("_gone"):
-                self.last_info = info
+                seen.info = info
             state = info.get("JobState", "UNKNOWN")
             now = time.monotonic()
-            self.times = self._times(self.last_info, submitted, running_since, now)
+            seen.times = self._times(seen.info, submitted, running_since, now)
             if state in ENDED or info.get("_gone"):
                 return (*self._verdict(job, info), True)
             if state in STARTED:
@@ -293,7 +301,7 @@ class SlurmScheduler:
             time.sleep(self.poll_s)
 
     def _result(self, spec, plan, template, returncode, started, timed_out, fault,
-                job: str | None = None) -> ProcessResult:
+                job: str | None = None, seen: "JobSeen | None" = None) -> ProcessResult:
         log_dir = spec.log_dir
         batch = log_dir / f"slurm-{job}.out"
         argvs = []
@@ -308,7 +316,8 @@ class SlurmScheduler:
             with open(stderr, "ab") as out:
                 out.write(f"===== the job script: {batch.name} =====\n".encode())
                 out.write(batch.read_bytes())
-        info, (queue_s, run_s) = self.last_info, self.times
+        seen = seen or JobSeen()
+        info, (queue_s, run_s) = seen.info, seen.times
         write_nodes_record(log_dir, argvs, codes, first,
                            extra={"slurm_job": job, "returncode_source": sources})
         record = SchedulerJob("slurm", job, plan.nodes, info.get("NodeList"), queue_s, run_s)
@@ -390,9 +399,7 @@ def rendezvous_port(log_dir: Path, node: str, wait_s: float = PORT_WAIT_S) -> in
         with socket.socket() as probe:
             probe.bind(("", 0))
             port = probe.getsockname()[1]
-        scratch = path.with_suffix(".tmp")
-        scratch.write_text(f"{port}\n")
-        os.replace(scratch, path)
+        write_atomic(path, f"{port}\n")
         return port
     deadline = time.monotonic() + wait_s
     while True:

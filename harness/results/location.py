@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.spec.records import write_atomic
+
 OUTPUT_ENV = "HARNESS_OUTPUT"
 POINTER_ENV = "HARNESS_LAST_SESSION"
 DEFAULT_OUTPUT = Path("reports") / "harness"  # under the rootdir (plugin) or the cwd (report)
@@ -38,9 +40,7 @@ def record_last_session(session_dir: Path) -> Path | None:
     path = pointer_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(str(Path(session_dir).resolve()) + "\n")
-        os.replace(tmp, path)
+        write_atomic(path, str(Path(session_dir).resolve()) + "\n")
     except OSError:
         return None
     return path

@@ -27,6 +27,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Sequence
 
+from harness.spec.records import write_atomic
+
 SESSION_FORMAT = "harness.session/1"
 HEADER_NAME = "session.json"
 HEADER_FIELDS = ("format", "session", "started_at", "finished_at", "config_path", "git_commit",
@@ -109,10 +111,8 @@ def write_header(folder: str | os.PathLike, header: dict) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / HEADER_NAME
-    temporary = folder / f".{HEADER_NAME}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps({k: header.get(k) for k in HEADER_FIELDS}, indent=1) + "\n")
-    os.replace(temporary, path)
-    return path
+    return write_atomic(path, json.dumps({k: header.get(k) for k in HEADER_FIELDS}, indent=1)
+                        + "\n")
 
 
 def read_header(folder: str | os.PathLike) -> dict | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.spec.flags import CHECKPOINT_PATH_FLAGS
-from harness.spec.records import scan_jsonl
+from harness.spec.records import scan_jsonl, write_atomic
 
 DONE = ".harness-done.json"  # written beside a `save` root when its run has ended
 POLL_S = 0.5
@@ -45,7 +45,9 @@ def mark_checkpoint_done(flags: dict[str, Any], ok: bool, overwrite: bool = True
     if isinstance(save, str) and save:
         Path(save).mkdir(parents=True, exist_ok=True)
         if overwrite or not (Path(save) / DONE).is_file():
-            (Path(save) / DONE).write_text(json.dumps({"ok": ok}))
+            # Atomic: a resuming case on another worker polls this file, and a half-written
+            # one reads as "the saver failed".
+            write_atomic(Path(save) / DONE, json.dumps({"ok": ok}))
 
 
 def wait_for_checkpoint(flags: dict[str, Any], timeout_s: float,

@@ -66,6 +66,9 @@ class Flag:
     choices: tuple = ()
     minimum: float | None = None  # inclusive lower bound for numbers
     value_range: tuple | None = None  # inclusive (low, high) for integers
+    # A checkpoint folder: the harness re-roots a case's value under the session, so that two
+    # cases (or two sessions) never save into, or resume from, each other's folders.
+    checkpoint_path: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -158,7 +161,8 @@ FLAGS: tuple[Flag, ...] = (
        ".rank<r> before the suffix (layers.rank0.jsonl, layers.rank1.jsonl, ...), and "
        "`harness.layout.suggest --profile FILE` reads them all", "output", trainers={HARNESS},
        owner="harness"),
-    _f("save", str, None, "checkpoint root folder", "output", trainers={INFINITRAIN}),
+    _f("save", str, None, "checkpoint root folder", "output", trainers={INFINITRAIN},
+       checkpoint_path=True),
     _f("save_interval", int, 0, "save a checkpoint every N steps", "output",
        trainers={INFINITRAIN}),
     _f("max_checkpoint_keep", int, 3, "checkpoints kept", "output", trainers={INFINITRAIN}),
@@ -177,13 +181,13 @@ FLAGS: tuple[Flag, ...] = (
     _f("precision_check", str, None, "InfiniTrain's tensor dump config", "output",
        trainers={INFINITRAIN}),
     # Resume: the reference runs from the start; the resumed steps are compared.
-    _f("load", str, None, "checkpoint folder to resume from", "resume", trainers={INFINITRAIN}),
+    _f("load", str, None, "checkpoint folder to resume from", "resume", trainers={INFINITRAIN},
+       checkpoint_path=True),
 )
 
 FLAG_TABLE: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
 HARNESS_FLAGS: tuple[Flag, ...] = tuple(f for f in FLAGS if HARNESS in f.trainers)
-# Flags that hold a path the harness re-roots under the session (checkpoints).
-CHECKPOINT_PATH_FLAGS = ("save", "load")
+CHECKPOINT_PATH_FLAGS: tuple[str, ...] = tuple(f.name for f in FLAGS if f.checkpoint_path)
 # InfiniTrain names a checkpoint folder `checkpoint_step_<N>`; a run resumed from it prints
 # steps N + 1 on.
 _CHECKPOINT_STEP = re.compile(r"checkpoint_step_(\d+)")

@@ -153,6 +153,21 @@ def read_json(path: str | os.PathLike) -> Any:
         return None
 
 
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to a scratch file beside `path`, then rename it into place: a reader in
+    another process (or thread) sees the old file or the whole new one, never a part."""
+    import uuid
+
+    path = Path(path)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        scratch.write_text(text)
+        os.replace(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)
+    return path
+
+
 def read_run(output_dir: str | os.PathLike) -> dict | None:
     """A run's run.json, or None when the run wrote none (or a broken one)."""
     record = read_json(Path(output_dir) / RUN_NAME)

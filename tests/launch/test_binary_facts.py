@@ -15,6 +15,7 @@ from harness.launch.binary_facts import (
     learn_binary,
     parse_helpxml,
 )
+from tests.reliability.checks import alive
 
 LISTING = """<?xml version="1.0"?>
 <AllFlags>
@@ -102,3 +103,23 @@ def test_a_binary_that_answers_no_listing_is_not_stored(tmp_path):
     with pytest.raises(BinaryFactsError, match="answers no flag listing"):
         learn_binary(binary, store)
     assert not list(store.glob("*.json"))
+
+
+def test_a_binary_that_cannot_be_executed_says_why_and_leaves_no_file(tmp_path):
+    binary = tmp_path / "gpt2"
+    binary.write_text("not a program\n")  # no execute bit
+    store = tmp_path / "binaries"
+    with pytest.raises(BinaryFactsError, match=r"gpt2: cannot be run \(.*Permission denied"):
+        learn_binary(binary, store)
+    assert sorted(p.name for p in store.iterdir() if not p.name.endswith(".lock")) == []
+
+
+def test_a_binary_that_never_answers_is_ended_with_what_it_started(tmp_path, monkeypatch):
+    from harness.launch import binary_facts
+
+    pid_file = tmp_path / "child.pid"
+    binary = _binary(tmp_path / "gpt2", "", extra=f"sleep 300 & echo $! > {pid_file}; wait")
+    monkeypatch.setattr(binary_facts, "_LISTING_TIMEOUT_S", 1.0)
+    with pytest.raises(BinaryFactsError, match=r"--helpxml` did not answer within 1 s"):
+        learn_binary(binary, tmp_path / "binaries")
+    assert not alive(int(pid_file.read_text()))  # the binary's own child is ended too

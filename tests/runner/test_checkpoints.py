@@ -141,6 +141,29 @@ def test_waits_while_announced_and_not_done(tmp_path):
     assert time.monotonic() - started >= 0.2  # it waited (the upper bound: benchmarks/)
 
 
+def test_a_resuming_case_never_reads_a_half_written_done_file(tmp_path):
+    # Planted by the code itself before: DONE was written in place, and a resuming case that
+    # polled between its creation and its write read "the saver failed" (seen in CI).
+    saver, resumer = _flags(tmp_path)
+    announce_checkpoint(saver)
+    Path(resumer["load"]).mkdir(parents=True)
+    mark_checkpoint_done(saver, ok=True)
+    stop = threading.Event()
+
+    def rewrite():
+        while not stop.is_set():
+            mark_checkpoint_done(saver, ok=True)
+
+    thread = threading.Thread(target=rewrite)
+    thread.start()
+    try:
+        reasons = {wait_for_checkpoint(resumer, timeout_s=1, poll_s=POLL) for _ in range(3000)}
+    finally:
+        stop.set()
+        thread.join()
+    assert reasons == {None}
+
+
 def test_waits_then_skips_when_the_saver_fails(tmp_path):
     saver, resumer = _flags(tmp_path)
     announce_checkpoint(saver)

@@ -11,6 +11,7 @@ import pytest
 from harness.spec import flags as F
 from harness.spec.flags import (
     BOTH,
+    CHECKPOINT_PATH_FLAGS,
     DROPPED_BY_REFERENCE,
     FLAG_TABLE,
     FLAGS,
@@ -59,6 +60,15 @@ def test_harness_flags_are_the_ones_for_the_bundled_trainer():
 def test_input_flags_are_set_by_the_harness():
     for name in ("model", "llmc_filepath", "input_bin", "device", "dump_gradients"):
         assert FLAG_TABLE[name].owner == "harness", name
+
+
+def test_checkpoint_path_flags_are_read_from_the_table():
+    # The re-rooting of checkpoint folders follows the table: a checkpoint flag added to the
+    # table is re-rooted without a second list to update.
+    assert CHECKPOINT_PATH_FLAGS == ("save", "load")
+    assert all(FLAG_TABLE[name].type is str and FLAG_TABLE[name].trainers == {INFINITRAIN}
+               for name in CHECKPOINT_PATH_FLAGS)
+    assert not any(flag.checkpoint_path for flag in FLAGS if flag.name not in ("save", "load"))
 
 
 def test_flag_rejects_a_bad_role_or_owner():
