@@ -8,12 +8,16 @@ from pathlib import Path
 
 
 def case_names(nodeids, config_path: Path) -> list[str]:
-    """`tag/model/id` of the node ids that are cases of the config file (`<file>::<name>`)."""
+    """`tag/model/id` of the node ids that are cases of the config file (`<file>::<name>`).
+
+    pytest gives a file outside the rootdir (one named by --harness-config only) an empty file
+    part: `::tag/model/id`; that is the config file too, the only file such a session collects
+    from outside its rootdir."""
     names = []
     for nodeid in nodeids:
         file_part, sep, name = str(nodeid).partition("::")
-        if sep and Path(file_part).name == config_path.name and len(name.split("/")) == 3 \
-                and "::" not in name:
+        ours = file_part == "" or Path(file_part).name == config_path.name
+        if sep and ours and len(name.split("/")) == 3 and "::" not in name:
             names.append(name)
     return names
 

@@ -73,6 +73,29 @@ def test_a_config_outside_the_rootdir_runs_and_the_summary_says_where(
     assert pointer.read_text().strip() == str(session.resolve())
 
 
+def test_a_config_outside_the_rootdir_under_xdist_gets_its_session_header(
+        pytester, harness_dir, tmp_path_factory):
+    # The controller learns the cases from its workers' node ids; those of a config outside
+    # the rootdir start with "::", and the session used to get no header at all (no trainer,
+    # no config, no collected list for the report).
+    harness_dir(fake_config(OK))
+    config = tmp_path_factory.mktemp("elsewhere") / "test_config.json"
+    data = json.loads((pytester.path / "cases.json").read_text())
+    data["model_files"] = {m: {k: str(pytester.path / v) for k, v in files.items()}
+                           for m, files in data["model_files"].items()}
+    config.write_text(json.dumps(data))
+    out = pytester.path / "out"
+    ini = pytester.makeini("[pytest]\n")  # as docs/benchmarks.md runs InfiniTrain's config
+    result = pytester.runpytest_subprocess(*plugin_args(), "-c", str(ini), "--rootdir",
+                                           str(pytester.path), "--harness-config", str(config),
+                                           "--harness-output", str(out), *COMMON, "-n", "2")
+    result.assert_outcomes(passed=2)
+    (header,) = out.glob("sessions/*/session.json")
+    assert sorted(json.loads(header.read_text())["collected"]) == ["fake/gpt2/ok",
+                                                                   "fake/gpt2/pp2"]
+    assert "trainer: command (fake-1), device cpu" in result.stdout.str()
+
+
 def test_harness_config_alone_does_not_add_the_testpaths(pytester, harness_dir):
     _with_unit_suite(pytester)
     harness_dir(fake_config(OK))

@@ -68,6 +68,9 @@ def test_case_names_from_xdist_node_ids():
            "other.json::basic/gpt2/pp2", "configs/test_config.json::basic/llama3/pp2-vpp2"]
     assert case_names(ids, Path("/repo/configs/test_config.json")) == [
         "basic/gpt2/pp2", "basic/llama3/pp2-vpp2"]
+    # A config outside the rootdir (InfiniTrain's, beside its build): pytest's ids start "::".
+    assert case_names(["::basic/gpt2/1", "::basic/gpt2", "t.py::a/b/c::d"],
+                      Path("/elsewhere/test_config.json")) == ["basic/gpt2/1"]
 
 
 def _runner(tmp_path, args, slots=1):
