@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from filelock import FileLock
 
-from harness.spec.records import STEPS_NAME
+from harness.spec.records import STEPS_NAME, write_atomic
 
 MARKER = "COMPLETE.json"
 MARKER_FORMAT = "harness.reference/1"
@@ -143,14 +143,12 @@ class ReferenceCache:
 
 
 def touch_last_used(path: Path) -> None:
-    """Record a use of the entry (write-then-rename: a reader never sees half a file)."""
-    partial = path / f".{LAST_USED}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    """Record a use of the entry (atomically: a reader never sees half a file)."""
     try:
-        partial.write_text(json.dumps({"last_used": time.time(),
-                                       "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
-        os.replace(partial, path / LAST_USED)
+        write_atomic(path / LAST_USED, json.dumps(
+            {"last_used": time.time(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
     except OSError:  # a read-only cache still serves references
-        partial.unlink(missing_ok=True)
+        pass
 
 
 def last_used(path: Path) -> float:

@@ -3,8 +3,8 @@
 Interpreter finalization after a gloo run can abort ("terminate called without an active
 exception", SIGABRT) when C++ worker threads of the process groups are torn down after Python
 is: seen once in CI on a TP run whose three steps had all been written. Every file the trainer
-writes is closed when `main` returns, so nothing is lost by skipping finalization; the zygote's
-ranks already end with os._exit for the same reason.
+writes is closed when `main` returns, so nothing is lost by skipping finalization. The zygote's
+ranks (forked children) end with os._exit too, so both launchers now end a rank alike.
 """
 import os
 import sys
