@@ -1,6 +1,17 @@
 from pathlib import Path
 
+# Imported here, before any test: pytester's in-process runs drop the modules first imported
+# inside them from sys.modules, and neither numpy's nor torch's C extension can be loaded a
+# second time in one process. Seen when tests/launch ran alone: numpy's "cannot load module more
+# than once", torch's "bad call flags", then a segfault in a later garbage collection. (The
+# whole suite imported both at collection, through other test modules.)
+import numpy  # noqa: F401
 import pytest
+
+try:
+    import torch  # noqa: F401
+except ImportError:  # the torch-free tiers run without it
+    pass
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-import numpy  # noqa: F401  (in-process pytester runs must not import numpy a second time)
 import pytest
 
 import harness.plugin  # noqa: F401
