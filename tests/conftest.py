@@ -1,17 +1,52 @@
 from pathlib import Path
 
-# Imported here, before any test: pytester's in-process runs drop the modules first imported
-# inside them from sys.modules, and neither numpy's nor torch's C extension can be loaded a
-# second time in one process. Seen when tests/launch ran alone: numpy's "cannot load module more
-# than once", torch's "bad call flags", then a segfault in a later garbage collection. (The
-# whole suite imported both at collection, through other test modules.)
-import numpy  # noqa: F401
 import pytest
 
-try:
-    import torch  # noqa: F401
-except ImportError:  # the torch-free tiers run without it
-    pass
+from tests.tiers import MODULES, OWN_MARKS, PYTEST_MARKS, TESTS, TIERS, selects_none_of_ours
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS_DIR = REPO / "tests"
+_NONE_OF_OURS = pytest.StashKey[bool]()
+
+
+def _evaluate(markexpr: str, marks: set[str]) -> bool:
+    # pytest's own -m evaluation (pytest exports no public one); compiled once per expression
+    compiled = _COMPILED.get(markexpr)
+    if compiled is None:
+        from _pytest.mark.expression import Expression
+        compiled = _COMPILED[markexpr] = Expression.compile(markexpr)
+    return compiled.evaluate(lambda name, **kwargs: name in marks)
+
+
+_COMPILED: dict = {}
+
+
+def pytest_configure(config):
+    try:
+        none = config.rootpath == REPO and selects_none_of_ours(config.option.markexpr or "",
+                                                                 _evaluate)
+    except Exception:  # an expression pytest will refuse itself, or a pytest without the module
+        none = False
+    config.stash[_NONE_OF_OURS] = none
+    if not none:
+        # Imported before any test: pytester's in-process runs drop the modules first imported
+        # inside them from sys.modules, and neither numpy's nor torch's C extension can be
+        # loaded a second time in one process. Seen when tests/launch ran alone: numpy's
+        # "cannot load module more than once", torch's "bad call flags", then a segfault in a
+        # later garbage collection.
+        import numpy  # noqa: F401
+        try:
+            import torch  # noqa: F401
+        except ImportError:  # the torch-free tiers run without it
+            pass
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With a -m that no test of ours can match (the main job's `-m pipeline_layout`), tests/
+    is not collected at all: see tests/tiers.py."""
+    if config.stash.get(_NONE_OF_OURS, False) and collection_path.is_relative_to(TESTS_DIR):
+        return True
+    return None
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +73,6 @@ def _isolated_session_location(tmp_path_factory, monkeypatch):
 # (by file, with the tests that differ listed by name) unless the test carries a tier mark of
 # its own. A test with neither fails with what to add, so no test lands in a tier by a guess.
 
-from tests.tiers import MODULES, TESTS, TIERS  # noqa: E402
-
 _UNDECLARED = pytest.StashKey[str]()
 
 
@@ -50,7 +83,7 @@ def declared_tier(nodeid: str) -> str | None:
     return TESTS.get(f"{path}::{test}") or MODULES.get(path)
 
 
-REPO = Path(__file__).resolve().parents[1]
+_MARKS_OF_OURS = set(TIERS) | set(OWN_MARKS) | set(PYTEST_MARKS)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
@@ -61,6 +94,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if inner and item.path.is_relative_to(REPO):
             continue
+        if isinstance(item, pytest.Function):  # a test function, not a config's case
+            foreign = sorted({m.name for m in item.iter_markers()} - _MARKS_OF_OURS)
+            if foreign:  # it would be skipped by a -m that names them (tests/tiers.py)
+                item.stash[_UNDECLARED] = (
+                    f"{item.nodeid} carries the mark(s) {', '.join(foreign)}: a test of ours "
+                    f"carries only {', '.join(sorted(_MARKS_OF_OURS))}; add a new one to "
+                    f"OWN_MARKS in tests/tiers.py")
+                continue
         if any(m.name in TIERS for m in item.iter_markers()):
             continue
         tier = declared_tier(item.nodeid)

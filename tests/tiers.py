@@ -192,6 +192,35 @@ TESTS: dict[str, str] = {
     "tests/test_imports.py::test_device_settings_without_a_gpu_driver_do_not_load_torch": SUBPROCESS,
     "tests/test_imports.py::test_harness_modules_import_without_torch": SUBPROCESS,
     "tests/test_tiers.py::test_an_undeclared_test_fails_naming_what_to_add": SUBPROCESS,
+    "tests/test_tiers.py::test_the_main_job_collects_the_config_alone": SUBPROCESS,
     "tests/trainer/test_trainer_cli.py::test_cli_trains_and_writes_records_step_lines_and_gradients": SUBPROCESS,
     "tests/trainer/test_trainer_cli.py::test_profiled_run_feeds_the_suggestion_tool": SUBPROCESS,
 }
+
+
+# -- the marks a test of ours can carry, and a -m that selects none of them ---------------------
+#
+# `python -m pytest -m pipeline_layout` (the main job) collects testpaths, tests/ among them:
+# importing its ~100 modules to deselect every one of their 1400 tests took 7 s of the job's
+# 8 s of collection, in the controller and again in every xdist worker. A test of ours carries
+# one tier, perhaps `slow`, and pytest's own marks, never a config case's tag (tests/conftest.py
+# fails a test with any other mark), so whether a -m expression can select any of them is known
+# before importing one: tests/conftest.py skips collecting tests/ when it cannot.
+
+OWN_MARKS = ("slow",)
+PYTEST_MARKS = ("parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings")
+
+
+def selects_none_of_ours(markexpr: str, evaluate) -> bool:
+    """Whether the -m expression `markexpr` is false for every mark set a test of ours can
+    carry: exactly one tier, with any of OWN_MARKS and PYTEST_MARKS. `evaluate(markexpr, marks)`
+    is the expression's value for a test carrying `marks` (pytest's own evaluation)."""
+    if not markexpr.strip():
+        return False
+    optional = OWN_MARKS + PYTEST_MARKS
+    for tier in TIERS:
+        for bits in range(1 << len(optional)):
+            marks = {tier} | {m for i, m in enumerate(optional) if bits >> i & 1}
+            if evaluate(markexpr, marks):
+                return False
+    return True
