@@ -123,6 +123,7 @@ MODULES: dict[str, str] = {
     "tests/spec/test_contracts.py": UNIT,
     "tests/spec/test_flags.py": UNIT,
     "tests/spec/test_models.py": UNIT,
+    "tests/spec/test_rank_exit.py": UNIT,
     "tests/spec/test_records.py": UNIT,
     "tests/spec/test_tolerance.py": UNIT,
     "tests/test_assets.py": UNIT,
@@ -193,6 +194,7 @@ TESTS: dict[str, str] = {
     "tests/test_imports.py::test_harness_modules_import_without_torch": SUBPROCESS,
     "tests/test_tiers.py::test_an_undeclared_test_fails_naming_what_to_add": SUBPROCESS,
     "tests/test_tiers.py::test_the_main_job_collects_the_config_alone": SUBPROCESS,
+    "tests/spec/test_rank_exit.py::test_the_process_ends_with_its_code_or_signal": SUBPROCESS,
     "tests/trainer/test_trainer_cli.py::test_cli_trains_and_writes_records_step_lines_and_gradients": SUBPROCESS,
     "tests/trainer/test_trainer_cli.py::test_profiled_run_feeds_the_suggestion_tool": SUBPROCESS,
 }

@@ -218,7 +218,7 @@ class SlurmScheduler:
             return None, None
         return running_since - submitted, ended - running_since
 
-    def _follow(self, job: str, submitted: float, seen: "JobSeen"):
+    def _follow(self, job: str, submitted: float, seen: JobSeen):
         """Wait for the job: (fault, timed_out, returncode, ended); `seen` keeps what the
         polling saw last, for the record."""
         running_since = None

@@ -54,6 +54,7 @@ import traceback
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..spec.rank_exit import exit_code
 from .process import GRACE_S, ProcessResult, end_group, signal_group
 from .reaper import become_subreaper, die_with_parent, end_descendants
 
@@ -148,26 +149,15 @@ def _run_trainer(env: Mapping[str, str], trainer_args: Sequence[str]) -> int:
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(count)
     sys.argv = [str(TRAINER_MAIN), *trainer_args]
-    try:
-        entry = os.environ.get("HARNESS_ZYGOTE_ENTRY", "harness.trainer.main:main")
-        module, _, name = entry.partition(":")
+    entry = os.environ.get("HARNESS_ZYGOTE_ENTRY", "harness.trainer.main:main")
+    module, _, name = entry.partition(":")
+
+    def main() -> int | None:
         import importlib
 
-        code = getattr(importlib.import_module(module), name)(list(trainer_args))
-    except SystemExit as exit_:
-        code = exit_.code
-        if code is not None and not isinstance(code, int):
-            print(code, file=sys.stderr)
-            code = 1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    return code or 0
+        return getattr(importlib.import_module(module), name)(list(trainer_args))
+
+    return exit_code(main)  # the rank ends as `python -m harness.trainer` does: os._exit
 
 
 def _rank_env(env: Mapping[str, str], rank: int, world_size: int, port: int) -> dict[str, str]:
@@ -212,7 +202,7 @@ def lead(request: Mapping) -> int:
                 _redirect(folder / "stdout.log", folder / "stderr.log")
                 code = _run_trainer(_rank_env(env, rank, world_size, port), args)
             finally:
-                os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
+                os._exit(code)
         pids[pid] = rank
     first: tuple[int, int, int, float] | None = None  # rank, exit code, pid, time
     others: list[tuple[int, int, int, float]] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
