@@ -28,12 +28,14 @@ def pytest_configure(config):
     except Exception:  # an expression pytest will refuse itself, or a pytest without the module
         none = False
     config.stash[_NONE_OF_OURS] = none
-    if not none:
+    if config.rootpath == REPO and not none:
         # Imported before any test: pytester's in-process runs drop the modules first imported
         # inside them from sys.modules, and neither numpy's nor torch's C extension can be
         # loaded a second time in one process. Seen when tests/launch ran alone: numpy's
         # "cannot load module more than once", torch's "bad call flags", then a segfault in a
-        # later garbage collection.
+        # later garbage collection. Not in a session a test starts with its config under
+        # tests/ (InfiniTrain's, its rootdir elsewhere), which loads this conftest too but runs
+        # no test of ours: torch cost each of them, and each of its xdist workers, 1.5 s.
         import numpy  # noqa: F401
         try:
             import torch  # noqa: F401
