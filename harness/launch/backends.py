@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.spec.flags import flag_argv
+from harness.spec.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR, first_failed_rank
 from harness.spec.records import read_json, read_jsonl
 
 from .process import ProcessResult
@@ -257,7 +258,9 @@ class HarnessBackend(WholeGradientsFromStart):
                                 spec.log_dir / "ranks")
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
-        return base_environment(spec, self.env)
+        env = base_environment(spec, self.env)
+        env[FAILURES_ENV] = str(spec.log_dir / RANK_FAILURES_DIR)  # harness.spec.rank_exit
+        return env
 
     def working_dir(self, spec: LaunchSpec) -> Path | None:
         return None
@@ -285,6 +288,9 @@ class HarnessBackend(WholeGradientsFromStart):
         failure = read_failure(spec.log_dir)  # the zygote's leader writes it as data
         if failure is not None:
             return str(failure["first"]["rank"])
+        first = first_failed_rank(spec.log_dir / RANK_FAILURES_DIR)  # each rank's own record
+        if first is not None:
+            return str(first)
         try:  # torchrun's agent says it only in its ChildFailedError text
             text = result.stderr.read_text(errors="replace") + result.stdout.read_text(errors="replace")
         except OSError:

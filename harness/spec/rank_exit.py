@@ -8,15 +8,30 @@ after Python is; seen once in CI on a TP run whose three steps had all been writ
 the trainer writes is closed when `main` returns, so nothing is lost by skipping it. The
 zygote's forked ranks must end with `os._exit` anyway (a fork's copy of the zygote must not run
 its parent's exit handlers).
+
+Which rank failed first is written as data, not left to a launcher's log: a rank whose `main`
+raises writes `rank<R>.json` (its RANK, the time the exception reached it, its last line) into
+$HARNESS_RANK_FAILURES when the launcher sets it. torchrun names the "first observed failure"
+by whole-second timestamps with ties to the lowest rank, so when a crash on rank 1 makes rank 0
+fail a few milliseconds later ("Connection closed by peer"), it named rank 0: seen once ranks
+stopped skipping finalization's delay.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
+import time
 import traceback
+from pathlib import Path
 from typing import Callable
+
+from .records import write_atomic
+
+FAILURES_ENV = "HARNESS_RANK_FAILURES"
+RANK_FAILURES_DIR = "rank_failures"  # the launcher's choice: under a case's log folder
 
 
 def exit_code(main: Callable[[], int | None]) -> int:
@@ -37,8 +52,10 @@ def exit_code(main: Callable[[], int | None]) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         code = 130  # not reached: SIGINT's default action ends the process
-    except BaseException:
+    except BaseException as error:
+        failed_at = time.time()
         traceback.print_exc()
+        _record_failure(failed_at, error)
         code = 1
     _flush()
     code = code or 0
@@ -56,3 +73,29 @@ def _flush() -> None:
             stream.flush()
         except (OSError, ValueError):  # a closed or broken stream: nothing more to save
             pass
+
+
+def _record_failure(failed_at: float, error: BaseException) -> None:
+    folder = os.environ.get(FAILURES_ENV)
+    if not folder:
+        return
+    rank = os.environ.get("RANK", "0")
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(folder) / f"rank{rank}.json", json.dumps({
+            "rank": int(rank), "time": failed_at,
+            "error": f"{type(error).__name__}: {error}"[:500]}))
+    except (OSError, ValueError):  # the record is a help; the exit code is what must happen
+        pass
+
+
+def first_failed_rank(folder: Path) -> int | None:
+    """The rank whose exception came first, from the records in `folder`; None without one."""
+    found = []
+    for path in sorted(Path(folder).glob("rank*.json")):
+        try:
+            data = json.loads(path.read_text())
+            found.append((float(data["time"]), int(data["rank"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return min(found)[1] if found else None

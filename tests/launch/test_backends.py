@@ -35,27 +35,60 @@ def test_step_lines_parse_infinitrain_format():
     assert parsed[1]["loss_resolution"] is None  # not a number: no print resolution
 
 
+def _finished_run(tmp_path, stdout: str, stderr: str, world_size: int = 2, argv=("x",)):
+    """A LaunchSpec and the ProcessResult of a run that exited 1 with these launcher logs."""
+    from harness.launch.process import ProcessResult
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "launcher.stdout").write_text(stdout)
+    (logs / "launcher.stderr").write_text(stderr)
+    spec = LaunchSpec(case="c", model="gpt2", flags={}, world_size=world_size,
+                      checkpoint=tmp_path / "c.bin", input_bin=tmp_path / "t.bin",
+                      output_dir=tmp_path / "out", gradients_dir=None, log_dir=logs)
+    return spec, ProcessResult(tuple(argv), 1, False, 1.0, logs / "launcher.stdout",
+                               logs / "launcher.stderr")
+
+
 def test_the_failing_rank_of_a_zygote_run_is_read_from_its_failure_record(tmp_path):
     """Data, not a regex over text forged to look like torchrun's: the stderr here says
     nothing of the rank."""
     from harness.launch.backends import HarnessBackend
-    from harness.launch.process import ProcessResult
     from harness.launch.zygote import read_failure, write_failure
 
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "launcher.stdout").write_text("")
-    (logs / "launcher.stderr").write_text("something went wrong\n")
+    spec, result = _finished_run(tmp_path, "", "something went wrong\n")
+    logs = spec.log_dir
     write_failure(logs, (1, -11, 4242, 10.0), [(0, 1, 4241, 11.0)])
     assert read_failure(logs)["others"][0] == {"rank": 0, "exitcode": 1, "pid": 4241, "time": 11.0}
-    spec = LaunchSpec(case="c", model="gpt2", flags={}, world_size=2,
-                      checkpoint=tmp_path / "c.bin", input_bin=tmp_path / "t.bin",
-                      output_dir=tmp_path, gradients_dir=None, log_dir=logs)
-    result = ProcessResult(("x",), 1, False, 1.0, logs / "launcher.stdout",
-                           logs / "launcher.stderr")
     assert HarnessBackend().failing_rank(spec, result) == "1"
     (logs / "failure.json").write_text("{")  # unreadable: not trusted, the text is read
     assert HarnessBackend().failing_rank(spec, result) is None
+
+
+def test_under_torchrun_the_rank_that_raised_first_is_the_failing_one(tmp_path):
+    """A planted crash on rank 1 makes rank 0 fail milliseconds later; torchrun's summary then
+    names rank 0 (whole-second timestamps, ties to the lowest rank). Each rank's own record of
+    when its exception came (harness.spec.rank_exit) decides."""
+    import json
+
+    from harness.launch.backends import HarnessBackend
+    from harness.spec.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR
+
+    spec, result = _finished_run(
+        tmp_path, "", "Root Cause (first observed failure):\n[0]:\n  time      : "
+        "2026-12-02_08:14:39\n  host      : vm\n  rank      : 0 (local_rank: 0)\n"
+        "  exitcode  : 1 (pid: 31840)\n", argv=("torchrun",))
+    logs = spec.log_dir
+    backend = HarnessBackend()
+    assert backend.failing_rank(spec, result) == "0"  # no record: torchrun's word
+    folder = Path(backend.environment(spec)[FAILURES_ENV])
+    assert folder == logs / RANK_FAILURES_DIR
+    folder.mkdir()
+    (folder / "rank0.json").write_text(json.dumps(
+        {"rank": 0, "time": 1796112879.207, "error": "RuntimeError: Connection closed by peer"}))
+    (folder / "rank1.json").write_text(json.dumps(
+        {"rank": 1, "time": 1796112879.204, "error": "RuntimeError: planted crash"}))
+    assert backend.failing_rank(spec, result) == "1"
 
 
 def test_a_command_trainer_s_step_lines_are_read_from_stderr_too(tmp_path):

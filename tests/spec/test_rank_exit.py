@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.spec.rank_exit import exit_code
+from harness.spec.rank_exit import FAILURES_ENV, exit_code, first_failed_rank
 
 
 def _raises(error):
@@ -49,3 +49,20 @@ def test_the_process_ends_with_its_code_or_signal(body, returncode, err):
     assert done.returncode == returncode, done.stderr
     assert err in done.stderr and "after end" not in done.stdout
     assert ("last words" in done.stdout) == (returncode == 7)
+
+
+def test_a_rank_that_raises_records_when_and_what(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(FAILURES_ENV, str(tmp_path / "failures"))
+    monkeypatch.setenv("RANK", "3")
+    assert exit_code(_raises(RuntimeError("planted crash on rank 3"))) == 1
+    monkeypatch.setenv("RANK", "1")
+    assert exit_code(_raises(SystemExit(2))) == 2  # an exit is no failure to order
+    import json
+    (record,) = [json.loads(p.read_text()) for p in (tmp_path / "failures").iterdir()]
+    assert record["rank"] == 3 and record["error"] == "RuntimeError: planted crash on rank 3"
+    assert first_failed_rank(tmp_path / "failures") == 3
+    (tmp_path / "failures" / "rank0.json").write_text(json.dumps(
+        {"rank": 0, "time": record["time"] + 0.002, "error": "peer closed"}))
+    (tmp_path / "failures" / "rank5.json").write_text("{")  # unreadable: left out
+    assert first_failed_rank(tmp_path / "failures") == 3
+    assert first_failed_rank(tmp_path / "nowhere") is None
