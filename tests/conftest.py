@@ -9,6 +9,9 @@ TESTS_DIR = REPO / "tests"
 _NONE_OF_OURS = pytest.StashKey[bool]()
 
 
+_COMPILED: dict = {}
+
+
 def _evaluate(markexpr: str, marks: set[str]) -> bool:
     # pytest's own -m evaluation (pytest exports no public one); compiled once per expression
     compiled = _COMPILED.get(markexpr)
@@ -18,17 +21,14 @@ def _evaluate(markexpr: str, marks: set[str]) -> bool:
     return compiled.evaluate(lambda name, **kwargs: name in marks)
 
 
-_COMPILED: dict = {}
-
-
 def pytest_configure(config):
+    ours = config.rootpath == REPO  # not a session a test starts elsewhere
     try:
-        none = config.rootpath == REPO and selects_none_of_ours(config.option.markexpr or "",
-                                                                 _evaluate)
+        none = ours and selects_none_of_ours(config.option.markexpr or "", _evaluate)
     except Exception:  # an expression pytest will refuse itself, or a pytest without the module
         none = False
     config.stash[_NONE_OF_OURS] = none
-    if config.rootpath == REPO and not none:
+    if ours and not none:
         # Imported before any test: pytester's in-process runs drop the modules first imported
         # inside them from sys.modules, and neither numpy's nor torch's C extension can be
         # loaded a second time in one process. Seen when tests/launch ran alone: numpy's

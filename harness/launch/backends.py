@@ -288,17 +288,18 @@ class HarnessBackend(WholeGradientsFromStart):
         failure = read_failure(spec.log_dir)  # the zygote's leader writes it as data
         if failure is not None:
             return str(failure["first"]["rank"])
-        first = first_failed_rank(spec.log_dir / RANK_FAILURES_DIR)  # each rank's own record
-        if first is not None:
-            return str(first)
+        records = spec.log_dir / RANK_FAILURES_DIR  # each rank's own record of its exception
         try:  # torchrun's agent says it only in its ChildFailedError text
             text = result.stderr.read_text(errors="replace") + result.stdout.read_text(errors="replace")
         except OSError:
-            return None
+            first = first_failed_rank(records)
+            return None if first is None else str(first)
         root = text.rfind("Root Cause")
         match = re.search(r"rank\s*:\s*(\d+)", text[root:]) if root >= 0 else None
-        if match:
-            return match.group(1)
+        # the records correct torchrun's whole-second tie-break between ranks that raised
+        first = first_failed_rank(records, int(match.group(1)) if match else None)
+        if first is not None:
+            return str(first)
         return _rank_with_traceback(self.rank_logs(spec, result))
 
 

@@ -14,7 +14,8 @@ raises writes `rank<R>.json` (its RANK, the time the exception reached it, its l
 $HARNESS_RANK_FAILURES when the launcher sets it. torchrun names the "first observed failure"
 by whole-second timestamps with ties to the lowest rank, so when a crash on rank 1 makes rank 0
 fail a few milliseconds later ("Connection closed by peer"), it named rank 0: seen once ranks
-stopped skipping finalization's delay.
+stopped skipping finalization's delay. A rank killed by a signal writes nothing: where the
+launcher names such a rank, its word stands.
 """
 
 from __future__ import annotations
@@ -89,13 +90,17 @@ def _record_failure(failed_at: float, error: BaseException) -> None:
         pass
 
 
-def first_failed_rank(folder: Path) -> int | None:
-    """The rank whose exception came first, from the records in `folder`; None without one."""
-    found = []
+def first_failed_rank(folder: Path, named: int | None = None) -> int | None:
+    """The rank whose exception came first, from the records in `folder`. `named` is the rank
+    the launcher names: it stands when it left no record (a rank killed by a signal cannot time
+    its own death), and when there is no record at all."""
+    found = {}
     for path in sorted(Path(folder).glob("rank*.json")):
         try:
             data = json.loads(path.read_text())
-            found.append((float(data["time"]), int(data["rank"])))
+            found[int(data["rank"])] = float(data["time"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-    return min(found)[1] if found else None
+    if not found or (named is not None and named not in found):
+        return named
+    return min(found, key=lambda rank: (found[rank], rank))

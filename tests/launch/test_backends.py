@@ -86,9 +86,28 @@ def test_under_torchrun_the_rank_that_raised_first_is_the_failing_one(tmp_path):
     folder.mkdir()
     (folder / "rank0.json").write_text(json.dumps(
         {"rank": 0, "time": 1796112879.207, "error": "RuntimeError: Connection closed by peer"}))
+    assert backend.failing_rank(spec, result) == "0"  # named, and no record says otherwise
     (folder / "rank1.json").write_text(json.dumps(
         {"rank": 1, "time": 1796112879.204, "error": "RuntimeError: planted crash"}))
     assert backend.failing_rank(spec, result) == "1"
+
+
+def test_a_rank_killed_by_a_signal_stays_the_failing_one_though_another_raised(tmp_path):
+    """A SIGKILLed rank 1 writes no record; rank 0's "Connection closed" record comes after
+    its death. torchrun names rank 1: the records, which cannot time a signal, do not overrule."""
+    import json
+
+    from harness.launch.backends import HarnessBackend
+    from harness.spec.rank_exit import RANK_FAILURES_DIR
+
+    spec, result = _finished_run(
+        tmp_path, "", "Root Cause (first observed failure):\n[1]:\n  rank      : 1 "
+        "(local_rank: 1)\n  exitcode  : -9 (pid: 31841)\n", argv=("torchrun",))
+    folder = spec.log_dir / RANK_FAILURES_DIR
+    folder.mkdir()
+    (folder / "rank0.json").write_text(json.dumps(
+        {"rank": 0, "time": 1796112879.207, "error": "RuntimeError: Connection closed by peer"}))
+    assert HarnessBackend().failing_rank(spec, result) == "1"
 
 
 def test_a_command_trainer_s_step_lines_are_read_from_stderr_too(tmp_path):

@@ -65,4 +65,7 @@ def test_a_rank_that_raises_records_when_and_what(tmp_path, monkeypatch, capsys)
         {"rank": 0, "time": record["time"] + 0.002, "error": "peer closed"}))
     (tmp_path / "failures" / "rank5.json").write_text("{")  # unreadable: left out
     assert first_failed_rank(tmp_path / "failures") == 3
+    assert first_failed_rank(tmp_path / "failures", named=0) == 3  # 0 raised later
+    assert first_failed_rank(tmp_path / "failures", named=7) == 7  # no record: by a signal
     assert first_failed_rank(tmp_path / "nowhere") is None
+    assert first_failed_rank(tmp_path / "nowhere", named=2) == 2
