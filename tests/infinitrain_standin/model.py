@@ -190,6 +190,12 @@ class Numerics:
 class Model:
     def __init__(self, cfg: Config, params: dict[str, np.ndarray], num: Numerics):
         self.cfg, self.P, self.num = cfg, params, num
+        self._head_forward: "_HeadForward | None" = None
+
+    def parameters_changed(self) -> None:
+        """The caller updated self.P (an optimizer step): the head's forward, cached for the
+        step's microbatches, is stale."""
+        self._head_forward = None
 
     # ---- linear with TP partial sums, bf16 rounding, LoRA ----
     def _r(self, a):
@@ -257,57 +263,43 @@ class Model:
 
     def _head(self, e, inv, y, cnt, scale, n, grads):
         """Loss (mean CE over the n tokens) and d(loss*scale)/de for the U distinct rows ``e``:
-        logits = e @ lm_head[:vocab_size].T in blocks of rows, float32 only, each block's
-        softmax computed in place (no float64, no second logits-sized array); row u's softmax is
-        weighted by cnt[u], the targets of its tokens subtracted. Under TP the input gradient is
-        the sum of the vocabulary shards' partial products (ColumnParallelLinear + the
-        vocab-parallel cross-entropy), shards of the padded vocabulary."""
+        logits = e @ lm_head[:vocab_size].T, float32, softmax weighted by cnt[u], the targets
+        of its tokens subtracted. Under TP the input gradient is the sum of the vocabulary
+        shards' partial products (ColumnParallelLinear + the vocab-parallel cross-entropy),
+        shards of the padded vocabulary.
+
+        With LLaMA 3's 128256-token vocabulary the head was three quarters of a run's time,
+        so nothing here is vocabulary-sized: a row's forward (its softmax terms, and their
+        products with each shard of the head) comes from the step's _HeadForward, as rows
+        recur in every microbatch of a step, and lm_head's gradient is a _HeadGradient, made
+        dense once per rank and step (HeadGradient.dense)."""
         cfg, P = self.cfg, self.P
         V = cfg.vocab_size
         W = P["lm_head.weight"]
-        Wq = self._r(W[:V])
-        eq = self._r(e)
-        U, C = e.shape
         tp = self.num.tp
-        ks = W.shape[0] // tp if tp > 1 else V
-        shards = [(r * ks, min((r + 1) * ks, V)) for r in range(tp)] if tp > 1 else [(0, V)]
-        shards = [(a, b) for a, b in shards if a < b]
-        rows = max(1, self.HEAD_BLOCK_ELEMS // V)
-        order = np.argsort(inv, kind="stable")
-        inv_sorted = inv[order]
-        logp = np.empty(n, F32)
-        de = np.empty((U, C), F32)
-        gW = None if self.num.frozen_base else np.zeros((V, C), F32)
+        if self._head_forward is None:
+            ks = W.shape[0] // tp if tp > 1 else V
+            shards = [(r * ks, min((r + 1) * ks, V)) for r in range(tp)] if tp > 1 else [(0, V)]
+            self._head_forward = _HeadForward(self._r(W[:V]), [(a, b) for a, b in shards if a < b],
+                                              self._r, self.HEAD_BLOCK_ELEMS)
+        forward = self._head_forward
+        eq = self._r(e)
+        at = forward.rows(eq)
+        row = at[inv]  # each token's cache row
+        se = forward.se[at, 0]
+        logp = forward.shifted[row, y] - np.log(forward.se[row, 0])
         f = F32(scale / n)
-        for s0 in range(0, U, rows):
-            s1 = min(U, s0 + rows)
-            lo, hi = np.searchsorted(inv_sorted, [s0, s1])
-            ii = order[lo:hi]
-            li = inv[ii] - s0
-            yi = y[ii]
-            l = self._r(eq[s0:s1] @ Wq.T)
-            if l.dtype != F32:
-                l = l.astype(F32)
-            picked = l[li, yi]
-            mx = l.max(axis=1, keepdims=True)
-            l -= mx
-            np.exp(l, out=l)
-            se = l.sum(axis=1, keepdims=True, dtype=F32)
-            logp[ii] = (picked - mx[li, 0]) - np.log(se[li, 0])
-            l *= (cnt[s0:s1, None].astype(F32) * f) / se  # cnt * softmax * scale / n
-            np.add.at(l, (li, yi), -f)
-            if len(shards) > 1:
-                acc = None
-                for a, b in shards:
-                    part = l[:, a:b] @ Wq[a:b]
-                    acc = part if acc is None else acc + part
-                de[s0:s1] = acc
-            else:
-                de[s0:s1] = l @ Wq
-            if gW is not None:
-                gW += l.T @ eq[s0:s1]
-        if gW is not None:
-            _acc(grads, "lm_head.weight", gW, full_shape=W.shape)
+        w = (cnt.astype(F32) * f) / se  # d loss / d exp(logit), per row: cnt * scale / (n * se)
+        de = None
+        for (a, b), EW in zip(forward.shards, forward.EW):
+            inside = (y >= a) & (y < b)
+            targets = np.zeros_like(eq)
+            np.add.at(targets, inv[inside], forward.Wq[y[inside]])
+            part = w[:, None] * EW[at] - f * targets
+            de = part if de is None else de + part
+        if not self.num.frozen_base:
+            grads["lm_head.weight"] = HeadGradient(forward, W.shape, at, w[:, None] * eq, y,
+                                                   -f * eq[inv])
         loss = F32(-logp.mean(dtype=F32))
         return loss, de
 
@@ -396,15 +388,126 @@ class Model:
                 if gpt2:
                     _acc(grads, p + "ln_1.bias", da.sum(0))
             dh = dh + da * P[p + "ln_1.weight"]
-        if not self.num.frozen_base:
-            gw = np.zeros_like(P["transformer.wte.weight"])
-            np.add.at(gw, xu, dh)
-            grads["transformer.wte.weight"] = gw
+        if not self.num.frozen_base:  # vocabulary-sized: summed as rows, made dense per step
+            grads["transformer.wte.weight"] = RowGradient(P["transformer.wte.weight"].shape, xu, dh)
             if gpt2:
                 gp = np.zeros_like(P["transformer.wpe.weight"])
                 np.add.at(gp, pu, dh)
                 grads["transformer.wpe.weight"] = gp
         return loss, grads
+
+
+class _HeadForward:
+    """The head's forward for one step's parameters: per distinct input row (keyed by its
+    bytes, so a row is reused only when it is bit for bit the same) the logits less their
+    maximum, their exponentials, the sum of those, and per vocabulary shard the product of the
+    exponentials with the head's rows (EW). Rows are computed in blocks of at most
+    `block_elems` logits, in the order they are first asked for."""
+
+    def __init__(self, Wq: np.ndarray, shards: list[tuple[int, int]], rnd, block_elems: int):
+        self.Wq, self.shards, self._r, self._block_elems = Wq, shards, rnd, block_elems
+        self._index: dict[bytes, int] = {}
+        V, C = Wq.shape
+        self.shifted = self.exp = np.empty((0, V), F32)
+        self.se = np.empty((0, 1), F32)
+        self.EW = [np.empty((0, C), F32) for _ in shards]
+
+    def rows(self, eq: np.ndarray) -> np.ndarray:
+        """The cache's row of each row of eq, computing those not seen in this step."""
+        keys = [row.tobytes() for row in eq]
+        pending: dict[bytes, int] = {}
+        missing: list[int] = []
+        for u, k in enumerate(keys):
+            if k not in self._index and k not in pending:
+                pending[k] = len(self._index) + len(pending)
+                missing.append(u)
+        if missing:
+            self._compute(eq[missing])
+            self._index.update(pending)
+        return np.fromiter((self._index[k] for k in keys), dtype=np.int64, count=len(keys))
+
+    def _compute(self, eq: np.ndarray) -> None:
+        V, C = self.Wq.shape
+        held, need = len(self._index), len(self._index) + eq.shape[0]
+        if need > self.exp.shape[0]:  # grow by doubling: rows keep coming in small numbers
+            cap = max(need, 2 * self.exp.shape[0], 64)
+
+            def grown(a, width):
+                out = np.empty((cap, width), F32)
+                out[:held] = a[:held]
+                return out
+            self.shifted, self.exp, self.se = (grown(self.shifted, V), grown(self.exp, V),
+                                               grown(self.se, 1))
+            self.EW = [grown(a, C) for a in self.EW]
+        step = max(1, self._block_elems // V)
+        for s0 in range(0, eq.shape[0], step):
+            at = slice(held + s0, held + min(eq.shape[0], s0 + step))
+            l = self._r(eq[s0:s0 + step] @ self.Wq.T)
+            if l.dtype != F32:
+                l = l.astype(F32)
+            l -= l.max(axis=1, keepdims=True)
+            self.shifted[at] = l
+            np.exp(l, out=l)
+            self.exp[at] = l
+            self.se[at] = l.sum(axis=1, keepdims=True, dtype=F32)
+            for (a, b), EW in zip(self.shards, self.EW):
+                EW[at] = l[:, a:b] @ self.Wq[a:b]
+
+
+class HeadGradient:
+    """lm_head's gradient of some microbatches of one step, kept factored:
+    sum over rows u of exp_u (x) weighted_u (exp_u from the step's _HeadForward), plus the
+    targets' rows. Adding two is concatenating; dense() makes the (padded) matrix."""
+
+    def __init__(self, forward: _HeadForward, shape: tuple, rows: np.ndarray,
+                 weighted: np.ndarray, targets: np.ndarray, target_values: np.ndarray):
+        self.forward, self.shape = forward, tuple(shape)
+        self.rows, self.weighted = rows, weighted
+        self.targets, self.target_values = targets, target_values
+
+    def __add__(self, other: "HeadGradient") -> "HeadGradient":
+        if not isinstance(other, HeadGradient) or other.forward is not self.forward:
+            return NotImplemented
+        return HeadGradient(self.forward, self.shape, np.concatenate([self.rows, other.rows]),
+                            np.concatenate([self.weighted, other.weighted]),
+                            np.concatenate([self.targets, other.targets]),
+                            np.concatenate([self.target_values, other.target_values]))
+
+    def dense(self) -> np.ndarray:
+        n = len(self.forward._index)
+        per_row = np.zeros((n, self.shape[1]), F32)
+        np.add.at(per_row, self.rows, self.weighted)
+        g = np.zeros(self.shape, F32)
+        V = self.forward.Wq.shape[0]
+        g[:V] = self.forward.exp[:n].T @ per_row
+        np.add.at(g, self.targets, self.target_values)
+        return g
+
+
+class RowGradient:
+    """A gradient that is nonzero on a few rows (the embedding's): rows and their values;
+    adding two is concatenating, dense() sums them into the matrix."""
+
+    def __init__(self, shape: tuple, rows: np.ndarray, values: np.ndarray):
+        self.shape, self.rows, self.values = tuple(shape), rows, values
+
+    def __add__(self, other: "RowGradient") -> "RowGradient":
+        if not isinstance(other, RowGradient):
+            return NotImplemented
+        return RowGradient(self.shape, np.concatenate([self.rows, other.rows]),
+                           np.concatenate([self.values, other.values]))
+
+    def dense(self) -> np.ndarray:
+        g = np.zeros(self.shape, F32)
+        np.add.at(g, self.rows, self.values)
+        return g
+
+
+def dense(grads: dict) -> dict:
+    """The gradients with lm_head's and the embedding's made dense: call once per rank and
+    step, after its microbatches are summed."""
+    return {k: v.dense() if isinstance(v, (HeadGradient, RowGradient)) else v
+            for k, v in grads.items()}
 
 
 def _acc(grads, name, g, full_shape=None):

@@ -17,8 +17,8 @@ import numpy as np
 from . import gflags
 from .gflags import Flag
 from .glog import Logger, die_by_signal
-from .model import Config, Model, Numerics, F32, layer_linears, lora_init, param_names, put, \
-    shard_index, take
+from .model import Config, Model, Numerics, F32, dense, layer_linears, lora_init, param_names, \
+    put, shard_index, take
 
 # glog source positions, as in InfiniTrain's example/<model>/main.cc at b24d92f
 STEP_LINE = {"gpt2": "main.cc:493", "llama3": "main.cc:470"}
@@ -619,7 +619,7 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                 acc = per[0]
                 for g in per[1:]:
                     acc = _add(acc, g)
-            rank_grads.append(acc)
+            rank_grads.append(dense(acc))
             rank_losses.append(lossf)
         if dp > 1:  # all-reduce average: a reduction tree over the DP ranks, then / dp
             while len(rank_grads) > 1:
@@ -641,6 +641,7 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
             planted[plant_name] = _plant(grads[plant_name], plant_name, plant_scale, plant_ranks, cfg, tp)
         for k, gv in planted.items():  # SGD
             P[k] -= lr * gv
+        model.parameters_changed()
         if fl["dump_gradients"] and step == 0:
             # #209 dumps when the loop's step index is 0: the first step of a run from scratch
             # only (a run resumed with --load starts at its checkpoint's step and dumps nothing)
