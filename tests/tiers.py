@@ -50,6 +50,7 @@ MODULES: dict[str, str] = {
     "tests/compare/test_verdict.py": UNIT,
     "tests/compare/test_verdict_vectors.py": UNIT,
     "tests/infinitrain/test_infinitrain_config.py": TORCHRUN,
+    "tests/infinitrain_standin/test_model.py": UNIT,
     "tests/infinitrain_standin/test_standin.py": SUBPROCESS,
     "tests/launch/test_backends.py": UNIT,
     "tests/launch/test_binary_facts.py": UNIT,

@@ -98,26 +98,29 @@ def test_agents_past_the_timeout_are_all_killed(tmp_path):
 # ---------------------------------------------------------------------------- end to end
 
 # A gradient bug on pipeline stage 1 (as tests/plugin/test_e2e.py plants it), only in the
-# cases named "*-bug", and a crash of stage 1 in "*-crash".
+# cases named "*-bug", and a crash of stage 1 in "*-crash". Installed when the interpreter
+# starts and decided per call, from the rank's own environment: so the zygote, which starts
+# once and forks its ranks later, plants it as torchrun's ranks do.
 PLANTED = textwrap.dedent("""
     import os
-    case = os.environ.get("HARNESS_CASE", "")
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and case.endswith(("-bug", "-crash")):
+    try:
         from harness.trainer.parallel import engine
-
+    except Exception:  # not the harness's interpreter: nothing to plant
+        engine = None
+    if engine is not None:
         original = engine.ParallelEngine.forward_backward
-
         def forward_backward(self, inputs, targets):
-            if case.endswith("-crash") and self.world.pp_rank == 1:
+            case = os.environ.get("HARNESS_CASE", "")
+            planted = int(os.environ.get("WORLD_SIZE", "1")) > 1 and self.world.pp_rank == 1
+            if planted and case.endswith("-crash"):
                 raise RuntimeError("planted crash on pipeline stage 1")
             loss = original(self, inputs, targets)
-            if self.world.pp_rank == 1:
+            if planted and case.endswith("-bug"):
                 for _spec, module in self.chunks:
                     for name, p in module.named_parameters():
                         if name == "h.5.mlp.c_fc.weight" and p.grad is not None:
                             p.grad.mul_(1.5)
             return loss
-
         engine.ParallelEngine.forward_backward = forward_backward
 """)
 E2E_CASES = [
@@ -142,26 +145,32 @@ def _verdicts(out: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_two_agents_form_one_world_with_the_verdicts_of_one_node(pytester):
+def test_two_agents_form_one_world_with_the_verdicts_of_one_node(pytester, monkeypatch):
     pytest.importorskip("harness.trainer.parallel.engine")
     from tests.plugin.conftest import plugin_args
 
     shim = pytester.mkdir("shim")
     (shim / "sitecustomize.py").write_text(PLANTED)
+    # The plant on the sessions' own PYTHONPATH: the one-node session's zygote and the agents'
+    # ranks load it alike.
+    monkeypatch.setenv("PYTHONPATH", str(shim))
     (pytester.path / "cases.json").write_text(json.dumps({
-        "models": ["gpt2"], "defaults": DEFAULTS, "trainer": {"env": {"PYTHONPATH": str(shim)}},
+        "models": ["gpt2"], "defaults": DEFAULTS,
         "test_groups": [{"tag": "mn", "tests": E2E_CASES}]}))
     common = [*plugin_args(), "--harness-config", str(pytester.path / "cases.json"),
               "--harness-device", "cpu", "--gpus", "2", "--harness-timeout", "300",
               "--harness-reference-cache", str(pytester.path / "refs"), "-p", "no:cacheprovider"]
     one = pytester.runpytest_subprocess(*common, "--harness-output", str(pytester.path / "one"),
-                                        "--harness-launcher", "torchrun", timeout=900)
+                                        timeout=900)
     one.assert_outcomes(passed=1, failed=2)
     two = pytester.runpytest_subprocess(*common, "--harness-output", str(pytester.path / "two"),
                                         "--harness-nnodes", "2", timeout=900)
     two.assert_outcomes(passed=1, failed=2)
     single, multi = _verdicts(pytester.path / "one"), _verdicts(pytester.path / "two")
     assert multi == single
+    one_record = next(r for r in map(json.loads, next((pytester.path / "one").glob(
+        "sessions/*/results.jsonl")).read_text().splitlines()) if r["name"] == "mn/gpt2/pp2")
+    assert "harness.launch.zygote" in one_record["command"]  # one node: the zygote's ranks
     assert single["mn/gpt2/pp2-bug"][3] >= 1 and single["mn/gpt2/pp2-crash"][1] == "1"
     two.stdout.fnmatch_lines([
         "*mn/gpt2/pp2-crash: the run failed: rank 1 of 2 failed first; exit code 1*",
