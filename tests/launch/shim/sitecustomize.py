@@ -6,7 +6,10 @@ fake trainer (tests/plugin/fake_trainer.py); rank 1 misbehaves:
     hang     starts a child process, then sleeps            sigkill  SIGKILLs itself
     slow     sleeps 2 s before training (the zygote-death test kills the zygote meanwhile)
 
-Every rank appends {case, pid, rank} (and a hang's child) to $FAULT_RECORD_DIR/pids.jsonl.
+Every rank appends {case, pid, rank, port} (and a hang's child) to $FAULT_RECORD_DIR/pids.jsonl.
+Rank 1 faults only once rank 0 of its run (the same MASTER_PORT) has recorded itself: else a
+fault at once could have rank 0 killed before it recorded, and a test checking that no rank is
+left would not know rank 0's pid.
 """
 
 import json
@@ -18,6 +21,20 @@ def _record(entry):
     if folder:
         with open(os.path.join(folder, "pids.jsonl"), "a") as stream:
             stream.write(json.dumps(entry) + "\n")
+
+
+def _wait_for_rank_0(port, timeout_s=60.0):
+    import time
+
+    path = os.path.join(os.environ.get("FAULT_RECORD_DIR", ""), "pids.jsonl")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path) as stream:
+                entries = [json.loads(line) for line in stream if line.strip()]
+            if any(e["rank"] == 0 and e.get("port") == port for e in entries):
+                return
+        time.sleep(0.02)
 
 
 def _plant():
@@ -36,7 +53,10 @@ def _plant():
         case = os.environ.get("HARNESS_CASE", "")
         mode = case.rsplit("/", 1)[-1]
         rank = int(os.environ.get("RANK", "0"))
-        _record({"case": case, "pid": os.getpid(), "rank": rank})
+        port = os.environ.get("MASTER_PORT")
+        _record({"case": case, "pid": os.getpid(), "rank": rank, "port": port})
+        if rank == 1 and case != "reference" and mode in ("crash", "hang", "sigkill"):
+            _wait_for_rank_0(port)
         if rank == 1 and case != "reference":
             if mode == "crash":
                 raise RuntimeError("planted crash on rank 1")
