@@ -219,8 +219,6 @@ class Model:
         P = self.P
         W = P[mod + ".weight"]
         kind = linear_kind(mod)
-        if mod == "lm_head":
-            W = W[: self.cfg.vocab_size]
         xq, Wq = self._r(x), self._r(W)
         y = self._mm(xq, Wq, kind)
         b = P.get(mod + ".bias")
@@ -247,7 +245,7 @@ class Model:
             dx = dy @ Wq
         if not self.num.frozen_base:
             gW = dy.T @ xq
-            _acc(grads, mod + ".weight", gW, full_shape=self.P[mod + ".weight"].shape)
+            _acc(grads, mod + ".weight", gW)
             if c["bias"]:
                 _acc(grads, mod + ".bias", dy.sum(0))
         if "A" in c:
@@ -287,7 +285,7 @@ class Model:
         at = forward.rows(eq)
         row = at[inv]  # each token's cache row
         se = forward.se[at, 0]
-        logp = forward.shifted[row, y] - np.log(forward.se[row, 0])
+        logp = forward.shifted[row, y] - np.log(se[inv])
         f = F32(scale / n)
         w = (cnt.astype(F32) * f) / se  # d loss / d exp(logit), per row: cnt * scale / (n * se)
         de = None
@@ -298,8 +296,8 @@ class Model:
             part = w[:, None] * EW[at] - f * targets
             de = part if de is None else de + part
         if not self.num.frozen_base:
-            grads["lm_head.weight"] = HeadGradient(forward, W.shape, at, w[:, None] * eq, y,
-                                                   -f * eq[inv])
+            grads["lm_head.weight"] = HeadGradient(forward, at, w[:, None] * eq,
+                                                   RowGradient(W.shape, y, -f * eq[inv]))
         loss = F32(-logp.mean(dtype=F32))
         return loss, de
 
@@ -412,6 +410,11 @@ class _HeadForward:
         self.se = np.empty((0, 1), F32)
         self.EW = [np.empty((0, C), F32) for _ in shards]
 
+    @property
+    def held(self) -> int:
+        """Rows computed so far (the arrays above hold more, unfilled, past these)."""
+        return len(self._index)
+
     def rows(self, eq: np.ndarray) -> np.ndarray:
         """The cache's row of each row of eq, computing those not seen in this step."""
         keys = [row.tobytes() for row in eq]
@@ -428,7 +431,7 @@ class _HeadForward:
 
     def _compute(self, eq: np.ndarray) -> None:
         V, C = self.Wq.shape
-        held, need = len(self._index), len(self._index) + eq.shape[0]
+        held, need = self.held, self.held + eq.shape[0]
         if need > self.exp.shape[0]:  # grow by doubling: rows keep coming in small numbers
             cap = max(need, 2 * self.exp.shape[0], 64)
 
@@ -454,39 +457,9 @@ class _HeadForward:
                 EW[at] = l[:, a:b] @ self.Wq[a:b]
 
 
-class HeadGradient:
-    """lm_head's gradient of some microbatches of one step, kept factored:
-    sum over rows u of exp_u (x) weighted_u (exp_u from the step's _HeadForward), plus the
-    targets' rows. Adding two is concatenating; dense() makes the (padded) matrix."""
-
-    def __init__(self, forward: _HeadForward, shape: tuple, rows: np.ndarray,
-                 weighted: np.ndarray, targets: np.ndarray, target_values: np.ndarray):
-        self.forward, self.shape = forward, tuple(shape)
-        self.rows, self.weighted = rows, weighted
-        self.targets, self.target_values = targets, target_values
-
-    def __add__(self, other: "HeadGradient") -> "HeadGradient":
-        if not isinstance(other, HeadGradient) or other.forward is not self.forward:
-            return NotImplemented
-        return HeadGradient(self.forward, self.shape, np.concatenate([self.rows, other.rows]),
-                            np.concatenate([self.weighted, other.weighted]),
-                            np.concatenate([self.targets, other.targets]),
-                            np.concatenate([self.target_values, other.target_values]))
-
-    def dense(self) -> np.ndarray:
-        n = len(self.forward._index)
-        per_row = np.zeros((n, self.shape[1]), F32)
-        np.add.at(per_row, self.rows, self.weighted)
-        g = np.zeros(self.shape, F32)
-        V = self.forward.Wq.shape[0]
-        g[:V] = self.forward.exp[:n].T @ per_row
-        np.add.at(g, self.targets, self.target_values)
-        return g
-
-
 class RowGradient:
-    """A gradient that is nonzero on a few rows (the embedding's): rows and their values;
-    adding two is concatenating, dense() sums them into the matrix."""
+    """A gradient that is nonzero on a few rows (the embedding's, the head's targets): rows
+    and their values; adding two is concatenating, dense() sums them into the matrix."""
 
     def __init__(self, shape: tuple, rows: np.ndarray, values: np.ndarray):
         self.shape, self.rows, self.values = tuple(shape), rows, values
@@ -497,10 +470,36 @@ class RowGradient:
         return RowGradient(self.shape, np.concatenate([self.rows, other.rows]),
                            np.concatenate([self.values, other.values]))
 
-    def dense(self) -> np.ndarray:
-        g = np.zeros(self.shape, F32)
+    def dense(self, base: np.ndarray | None = None) -> np.ndarray:
+        """The rows summed into `base` (in place), or into zeros."""
+        g = np.zeros(self.shape, F32) if base is None else base
         np.add.at(g, self.rows, self.values)
         return g
+
+
+class HeadGradient:
+    """lm_head's gradient of some microbatches of one step, kept factored: the sum over rows
+    u of exp_u (x) weighted_u (exp_u from the step's _HeadForward), plus the targets' rows (a
+    RowGradient). Adding two is concatenating; dense() makes the (padded) matrix."""
+
+    def __init__(self, forward: _HeadForward, rows: np.ndarray, weighted: np.ndarray,
+                 targets: RowGradient):
+        self.forward, self.rows, self.weighted, self.targets = forward, rows, weighted, targets
+
+    def __add__(self, other: "HeadGradient") -> "HeadGradient":
+        if not isinstance(other, HeadGradient) or other.forward is not self.forward:
+            return NotImplemented
+        return HeadGradient(self.forward, np.concatenate([self.rows, other.rows]),
+                            np.concatenate([self.weighted, other.weighted]),
+                            self.targets + other.targets)
+
+    def dense(self) -> np.ndarray:
+        n, (V, C) = self.forward.held, self.forward.Wq.shape
+        per_row = np.zeros((n, C), F32)
+        np.add.at(per_row, self.rows, self.weighted)
+        g = np.zeros(self.targets.shape, F32)
+        g[:V] = self.forward.exp[:n].T @ per_row
+        return self.targets.dense(g)
 
 
 def dense(grads: dict) -> dict:
@@ -510,12 +509,8 @@ def dense(grads: dict) -> dict:
             for k, v in grads.items()}
 
 
-def _acc(grads, name, g, full_shape=None):
+def _acc(grads, name, g):
     g = g.astype(F32, copy=False)
-    if full_shape is not None and g.shape != tuple(full_shape):  # lm_head: pad to full rows
-        full = np.zeros(full_shape, F32)
-        full[: g.shape[0]] = g
-        g = full
     if name in grads:
         grads[name] = grads[name] + g
     else:

@@ -132,10 +132,16 @@ DEFAULTS = {"batch_size": 2, "sequence_length": 32, "total_batch_size": 256, "nu
             "learning_rate": 0.001}
 
 
+def _records(out: Path) -> dict[str, dict]:
+    """The one session's result records under `out`, by case name."""
+    from harness.results import read_results
+
+    return {r["name"]: r for r in read_results(next(out.glob("sessions/*/results.jsonl")))}
+
+
 def _verdicts(out: Path) -> dict:
-    path = next(out.glob("sessions/*/results.jsonl"))
     found = {}
-    for record in map(json.loads, path.read_text().splitlines()):
+    for record in _records(out).values():
         grads = record.get("gradients") or {}
         found[record["name"]] = (record["status"], record.get("failing_rank"),
                                  (record.get("loss") or {}).get("mismatched"),
@@ -168,9 +174,8 @@ def test_two_agents_form_one_world_with_the_verdicts_of_one_node(pytester, monke
     two.assert_outcomes(passed=1, failed=2)
     single, multi = _verdicts(pytester.path / "one"), _verdicts(pytester.path / "two")
     assert multi == single
-    one_record = next(r for r in map(json.loads, next((pytester.path / "one").glob(
-        "sessions/*/results.jsonl")).read_text().splitlines()) if r["name"] == "mn/gpt2/pp2")
-    assert "harness.launch.zygote" in one_record["command"]  # one node: the zygote's ranks
+    # one node: the zygote's ranks
+    assert "harness.launch.zygote" in _records(pytester.path / "one")["mn/gpt2/pp2"]["command"]
     assert single["mn/gpt2/pp2-bug"][3] >= 1 and single["mn/gpt2/pp2-crash"][1] == "1"
     two.stdout.fnmatch_lines([
         "*mn/gpt2/pp2-crash: the run failed: rank 1 of 2 failed first; exit code 1*",
@@ -178,9 +183,7 @@ def test_two_agents_form_one_world_with_the_verdicts_of_one_node(pytester, monke
         "*--- rank 1: */ranks/node*/attempt_0/0/stderr.log (last lines) ---*",
         "*RuntimeError: planted crash on pipeline stage 1*",
     ])
-    path = next((pytester.path / "two").glob("sessions/*/results.jsonl"))
-    passed = next(r for r in map(json.loads, path.read_text().splitlines())
-                  if r["name"] == "mn/gpt2/pp2")
+    passed = _records(pytester.path / "two")["mn/gpt2/pp2"]
     assert passed["environment"]["world_size"] == 2 and "--nnodes" in passed["command"]
     assert passed["command"][passed["command"].index("--nnodes") + 1] == "2"
     assert sorted(passed["logs"]["ranks"]) == ["0", "1"]

@@ -55,9 +55,9 @@ def _plant():
         rank = int(os.environ.get("RANK", "0"))
         port = os.environ.get("MASTER_PORT")
         _record({"case": case, "pid": os.getpid(), "rank": rank, "port": port})
-        if rank == 1 and case != "reference" and mode in ("crash", "hang", "sigkill"):
-            _wait_for_rank_0(port)
         if rank == 1 and case != "reference":
+            if mode in ("crash", "hang", "sigkill"):
+                _wait_for_rank_0(port)
             if mode == "crash":
                 raise RuntimeError("planted crash on rank 1")
             if mode == "hang":
