@@ -192,9 +192,11 @@ class Model:
         self.cfg, self.P, self.num = cfg, params, num
         self._head_forward: "_HeadForward | None" = None
 
-    def parameters_changed(self) -> None:
-        """The caller updated self.P (an optimizer step): the head's forward, cached for the
-        step's microbatches, is stale."""
+    def apply_update(self, grads: dict[str, np.ndarray], lr) -> None:
+        """The SGD step, P -= lr * grad for each parameter in grads: the one way the trainer
+        changes P, so the head's forward, cached for a step's microbatches, is dropped here."""
+        for k, g in grads.items():
+            self.P[k] -= lr * g
         self._head_forward = None
 
     # ---- linear with TP partial sums, bf16 rounding, LoRA ----

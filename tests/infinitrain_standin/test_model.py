@@ -1,6 +1,7 @@
-"""The stand-in's head against the plain formula: its forward is cached per step and its
-gradient summed factored (model._HeadForward, HeadGradient), and neither may change the
-mathematics: per token, softmax(e @ W.T) less the one-hot target, scaled by scale / n."""
+"""The stand-in's head against the plain formula: its forward is cached per step (dropped by
+Model.apply_update) and its gradient summed factored (model._HeadForward, HeadGradient), and
+neither may change the mathematics: per token, softmax(e @ W.T) less the one-hot target, scaled
+by scale / n."""
 
 from __future__ import annotations
 
@@ -77,22 +78,24 @@ def test_the_cached_factored_head_is_the_plain_formula_over_microbatches_and_ste
         np.testing.assert_allclose(got[:V], expected, rtol=1e-4, atol=1e-6)
         assert not got[V:].any()  # the padded rows get no gradient
         # An update: the next step's forward must use the new weights, not the cached ones.
-        model.P["lm_head.weight"] -= F32(0.3) * got
-        model.parameters_changed()
+        model.apply_update({"lm_head.weight": got}, F32(0.3))
 
 
-def test_a_forward_cached_before_an_update_is_stale_without_parameters_changed():
-    """The planted bug: an update that does not tell the model keeps the old softmax."""
+def test_an_update_outside_apply_update_leaves_the_cached_forward_stale():
+    """Why the trainer updates through Model.apply_update: weights changed behind the model's
+    back keep the step's old softmax; a change through apply_update is seen."""
     model = _model(1)
     rows = np.random.default_rng(1).standard_normal((8, C)).astype(F32)
     e, inv, y, cnt = _microbatch(0, rows)
+    W0 = model.P["lm_head.weight"].copy()
     model._head(e, inv, y, cnt, 1.0, len(y), {})
-    model.P["lm_head.weight"] *= F32(2.0)
+    model.P["lm_head.weight"] *= F32(2.0)  # behind the model's back
     stale, _ = model._head(e, inv, y, cnt, 1.0, len(y), {})
-    model.parameters_changed()
+    model.apply_update({"lm_head.weight": -W0}, F32(1.0))  # 2 W0 + W0
     fresh, _ = model._head(e, inv, y, cnt, 1.0, len(y), {})
-    want, _, _ = _plain(model.P["lm_head.weight"], e, inv, y, 1.0)
-    assert fresh == pytest.approx(want, rel=1e-5) and stale != pytest.approx(want, rel=1e-3)
+    assert stale == pytest.approx(_plain(W0, e, inv, y, 1.0)[0], rel=1e-5)
+    assert fresh == pytest.approx(_plain(3 * W0, e, inv, y, 1.0)[0], rel=1e-5)
+    assert fresh != pytest.approx(stale, rel=1e-3)
 
 
 def test_row_gradients_sum_into_their_rows():

@@ -639,9 +639,7 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
         if plant_name is not None and plant_name in grads and plant_ranks:
             planted = dict(grads)
             planted[plant_name] = _plant(grads[plant_name], plant_name, plant_scale, plant_ranks, cfg, tp)
-        for k, gv in planted.items():  # SGD
-            P[k] -= lr * gv
-        model.parameters_changed()
+        model.apply_update(planted, lr)  # SGD
         if fl["dump_gradients"] and step == 0:
             # #209 dumps when the loop's step index is 0: the first step of a run from scratch
             # only (a run resumed with --load starts at its checkpoint's step and dumps nothing)
