@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,8 @@ def pytest_configure(config):
     except Exception:  # an expression pytest will refuse itself, or a pytest without the module
         none = False
     config.stash[_NONE_OF_OURS] = none
+    if ours and not config.pluginmanager.hasplugin("pytester"):
+        config.pluginmanager.import_plugin("pytester")  # tests/test_inner_sessions.py's
     if ours and not none:
         # Imported before any test: pytester's in-process runs drop the modules first imported
         # inside them from sys.modules, and neither numpy's nor torch's C extension can be
@@ -57,6 +60,24 @@ def tiny_assets():
     from harness.assets import ensure_assets
 
     return ensure_assets("tiny")
+
+
+# The pytest plugins that installed packages register (hypothesis', anyio's) and that no
+# session a test starts uses: they cost each pytest process it starts (and each of that
+# session's xdist workers) 0.35 s of a 0.85 s start on the 2-core machine, and the suite starts
+# some 150 of them.
+INNER_SESSION_ARGS = ("-p", "no:hypothesispytest", "-p", "no:anyio")
+
+
+@pytest.fixture(autouse=True)
+def _lean_inner_sessions(request, monkeypatch):
+    """Every pytest a test starts (pytester's subprocess runs, `python -m pytest` commands)
+    gets INNER_SESSION_ARGS through PYTEST_ADDOPTS. pytester discards the outer session's
+    PYTEST_ADDOPTS when it is set up, so it is set up first and the variable set after."""
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+    outer = os.environ.get("PYTEST_ADDOPTS", "")
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join([outer, *INNER_SESSION_ARGS]).strip())
 
 
 @pytest.fixture(autouse=True)

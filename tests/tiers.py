@@ -130,6 +130,7 @@ MODULES: dict[str, str] = {
     "tests/test_assets.py": UNIT,
     "tests/test_docs.py": UNIT,
     "tests/test_imports.py": UNIT,
+    "tests/test_inner_sessions.py": SUBPROCESS,
     "tests/test_package_maps.py": UNIT,
     "tests/test_tiers.py": UNIT,
     "tests/trainer/models/test_gpt2.py": HEAVY,

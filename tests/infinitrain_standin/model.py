@@ -272,7 +272,7 @@ class Model:
         so nothing here is vocabulary-sized: a row's forward (its softmax terms, and their
         products with each shard of the head) comes from the step's _HeadForward, as rows
         recur in every microbatch of a step, and lm_head's gradient is a _HeadGradient, made
-        dense once per rank and step (HeadGradient.dense)."""
+        dense once per step, after the DP ranks are summed (HeadGradient.dense)."""
         cfg, P = self.cfg, self.P
         V = cfg.vocab_size
         W = P["lm_head.weight"]
@@ -505,8 +505,8 @@ class HeadGradient:
 
 
 def dense(grads: dict) -> dict:
-    """The gradients with lm_head's and the embedding's made dense: call once per rank and
-    step, after its microbatches are summed."""
+    """The gradients with lm_head's and the embedding's made dense: call once per step, after
+    the microbatches and the DP ranks are summed."""
     return {k: v.dense() if isinstance(v, (HeadGradient, RowGradient)) else v
             for k, v in grads.items()}
 

@@ -159,8 +159,7 @@ def test_xdist_leases_are_exclusive_and_reference_runs_once(pytester, harness_di
     records = pytester.path / "records"
     os.environ["FAKE_RECORD_DIR"] = str(records)
     try:
-        result = pytester.runpytest_subprocess(*harness_args(
-            pytester, "-n", "2", "--gpus", "3", "-p", "no:hypothesispytest", "-p", "no:anyio"))
+        result = pytester.runpytest_subprocess(*harness_args(pytester, "-n", "2", "--gpus", "3"))
         result.assert_outcomes(passed=6)
         leases = [json.loads(line) for line in (records / "leases.jsonl").read_text().splitlines()]
         assert len(leases) == 6

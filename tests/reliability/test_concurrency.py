@@ -22,8 +22,7 @@ def test_xdist_on_8_slots_leases_ports_and_references(pytester, harness_dir, rec
     command = config["trainer"]["command"]
     command[command.index("{flags}"):command.index("{flags}")] = ["--port", "{port}"]
     harness_dir(config)
-    result = pytester.runpytest_subprocess(*harness_args(
-        pytester, "-n", "4", "--gpus", "8", "-p", "no:hypothesispytest", "-p", "no:anyio"))
+    result = pytester.runpytest_subprocess(*harness_args(pytester, "-n", "4", "--gpus", "8"))
     result.assert_outcomes(passed=2 * len(SIZES))
 
     leases = jsonl(records / "leases.jsonl")

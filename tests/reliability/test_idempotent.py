@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import INNER_SESSION_ARGS
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,8 +164,7 @@ def _session(root: Path, out: Path, args: list[str], *more: str) -> tuple[str, d
     before = set(out.glob("sessions/*/results.jsonl"))
     argv = [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir",
             str(root), "-p", "no:cacheprovider", "-q", "--harness-output", str(out),
-            # hypothesis' and anyio's plugins cost each process (xdist's too) seconds at start
-            "-p", "no:hypothesispytest", "-p", "no:anyio",
+            *INNER_SESSION_ARGS,  # its own environment has no PYTEST_ADDOPTS
             *args, *more]
     result = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=600,
                             env={k: v for k, v in os.environ.items()
