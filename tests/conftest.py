@@ -31,7 +31,9 @@ def pytest_configure(config):
         none = False
     config.stash[_NONE_OF_OURS] = none
     if ours and not config.pluginmanager.hasplugin("pytester"):
-        config.pluginmanager.import_plugin("pytester")  # tests/test_inner_sessions.py's
+        # pytester, for every folder of tests/ (in a conftest below the rootdir's,
+        # `pytest_plugins` is not allowed)
+        config.pluginmanager.import_plugin("pytester")
     if ours and not none:
         # Imported before any test: pytester's in-process runs drop the modules first imported
         # inside them from sys.modules, and neither numpy's nor torch's C extension can be
@@ -78,7 +80,7 @@ def _seeded_random_state():
 # The pytest plugins that installed packages register (hypothesis', anyio's) and that no
 # session a test starts uses: they cost each pytest process it starts (and each of that
 # session's xdist workers) 0.35 s of a 0.85 s start on the 2-core machine, and the suite starts
-# some 150 of them.
+# at least 118 of them.
 INNER_SESSION_ARGS = ("-p", "no:hypothesispytest", "-p", "no:anyio")
 
 

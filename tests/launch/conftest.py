@@ -16,11 +16,6 @@ FLAGS = {"dtype": "float32", "batch_size": 2, "sequence_length": 32, "num_iterat
          "pipeline_parallel": 2, "total_batch_size": 512}
 
 
-def pytest_configure(config):
-    if not config.pluginmanager.hasplugin("pytester"):
-        config.pluginmanager.import_plugin("pytester")
-
-
 @dataclass(frozen=True)
 class LaunchSettings:  # what HarnessBackend.launch reads of the runner's Settings
     launcher: str

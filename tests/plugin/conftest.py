@@ -1,4 +1,4 @@
-"""Helpers for the plugin's tests: pytester, the plugin's -p argument, a fake-backend config."""
+"""Helpers for the plugin's tests: the plugin's -p argument, a fake-backend config."""
 
 from __future__ import annotations
 
@@ -13,12 +13,6 @@ import harness.runner  # noqa: F401
 
 HERE = Path(__file__).parent
 FAKE_TRAINER = HERE / "fake_trainer.py"
-
-
-def pytest_configure(config):
-    # pytester without a top-level conftest: `pytest_plugins` is not allowed here.
-    if not config.pluginmanager.hasplugin("pytester"):
-        config.pluginmanager.import_plugin("pytester")
 
 
 def plugin_args() -> list[str]:

@@ -1,13 +1,8 @@
-"""pytester and the plugin tests' fixtures (the fake trainer backend), shared, not copied."""
+"""The plugin tests' fixtures (the fake trainer backend), shared, not copied."""
 
 import pytest
 
 from tests.plugin.conftest import harness_dir  # noqa: F401  (a fixture)
-
-
-def pytest_configure(config):
-    if not config.pluginmanager.hasplugin("pytester"):
-        config.pluginmanager.import_plugin("pytester")
 
 
 @pytest.fixture
