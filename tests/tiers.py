@@ -143,6 +143,7 @@ MODULES: dict[str, str] = {
     "tests/trainer/test_data.py": UNIT,
     "tests/trainer/test_flags.py": UNIT,
     "tests/trainer/test_gradient_dump.py": UNIT,
+    "tests/trainer/test_host_memory.py": SUBPROCESS,
     "tests/trainer/test_profiling.py": HEAVY,
     "tests/trainer/test_trainer_cli.py": HEAVY,
 }

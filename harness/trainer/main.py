@@ -146,10 +146,16 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
     from harness.trainer.data import StepBatches
     from harness.trainer.engine import SingleDeviceEngine, compute_dtype
     from harness.trainer.gradient_dump import write_gradients, write_manifest
+    from harness.trainer.host_memory import keep_freed_memory
     from harness.spec.llmc import read_checkpoint
     from harness.trainer.profiling import LayerProfiler, append_records, profile_path
     from harness.spec.records import RunRecorder, StepRecord, format_step_line
 
+    if flags.device == "cpu":
+        # Before the first large allocation: every step's large buffers are then reused in
+        # place, as CUDA's caching allocator does, so a layer's time does not depend on its
+        # neighbours (host_memory says why).
+        keep_freed_memory()
     torch.manual_seed(flags.seed)
     # Memory-mapped: a pipeline rank copies in only the tensors of the chunks it builds.
     checkpoint = read_checkpoint(flags.llmc_filepath, mmap=True)

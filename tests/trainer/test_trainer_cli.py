@@ -190,3 +190,15 @@ def test_cuda_requested_without_cuda_is_refused_before_training(tiny_assets, tmp
     assert main([*_flags(tiny_assets, "gpt2", tmp_path), "--device", "cuda"]) == 2
     assert capsys.readouterr().err == "error: --device=cuda but torch sees no CUDA device\n"
     assert not (tmp_path / "steps.jsonl").exists()
+
+
+def test_a_cpu_run_keeps_freed_memory_before_it_builds_the_model(tiny_assets, tmp_path, monkeypatch):
+    # host_memory says why: without it a layer's CPU time depends on which layers share its rank.
+    from harness.trainer import host_memory, models
+
+    events = []
+    monkeypatch.setattr(host_memory, "keep_freed_memory", lambda: events.append("keep") or True)
+    build = models.build_model
+    monkeypatch.setattr(models, "build_model", lambda *a, **k: events.append("build") or build(*a, **k))
+    assert main(_flags(tiny_assets, "gpt2", tmp_path)) == 0
+    assert events == ["keep", "build"]
