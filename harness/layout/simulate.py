@@ -41,7 +41,9 @@ class Simulation:
 def simulate(orders: Sequence[Sequence[Action]], chunk_stages: Sequence[int], forward: Sequence[float],
              backward: Sequence[float], comm: float = 0.0, weight_fraction: float = 0.5) -> Simulation:
     """`forward[g]` / `backward[g]`: one microbatch's cost on chunk g; a split backward is I =
-    (1 - weight_fraction) x B and W = weight_fraction x B."""
+    (1 - weight_fraction) x B and W = weight_fraction x B, except on chunk 0: its input is the
+    token ids, which take no gradient, so torch's stage skips I there and W runs the whole
+    backward (`_PipelineStageBase.backward_one_chunk`, `if not self.is_first`)."""
     last = len(chunk_stages) - 1
     done: dict[tuple, float] = {}  # (chunk, kind, microbatch) -> end time
     pointer = [0] * len(orders)
@@ -60,7 +62,7 @@ def simulate(orders: Sequence[Sequence[Action]], chunk_stages: Sequence[int], fo
                     cost = forward[g]
                 elif kind == "W":
                     ready = done.get((g, "I", m))
-                    cost = backward[g] * weight_fraction
+                    cost = backward[g] if g == 0 else backward[g] * weight_fraction
                 else:
                     own = done.get((g, "F", m))
                     if g == last:
@@ -70,7 +72,7 @@ def simulate(orders: Sequence[Sequence[Action]], chunk_stages: Sequence[int], fo
                         if grad is None:
                             grad = _arrival(done, (g + 1, "I", m), chunk_stages, g + 1, g, comm)
                         ready = None if own is None or grad is None else max(own, grad)
-                    cost = backward[g] if kind == "B" else backward[g] * split
+                    cost = backward[g] if kind == "B" else 0.0 if g == 0 else backward[g] * split
                 if ready is None:
                     break
                 t = max(t, ready) + cost

@@ -84,6 +84,23 @@ def test_1f1b_step_time_by_hand():
     assert simulate(rank_orders("1F1B", [0, 1], 2, 4), [0, 1], [1, 2], [2, 4]).step_time == pytest.approx(27)
 
 
+def test_the_first_chunk_runs_its_whole_backward_as_w():
+    # Like ZBV's cool-down: rank 0 runs both I's, then both W's; I(0, 1) waits for stage 1's
+    # second backward, which ends at 7 (F = 1, B = 4 on chunk 0 and 2 on chunk 1).
+    orders = [[Action(0, "F", 0), Action(0, "F", 1), Action(0, "I", 0), Action(0, "I", 1),
+               Action(0, "W", 0), Action(0, "W", 1)],
+              [Action(1, "F", 0), Action(1, "B", 0), Action(1, "F", 1), Action(1, "B", 1)]]
+    # torch skips chunk 0's I (its input, the token ids, takes no gradient): both W's, 4 each,
+    # start after the wait, at 7: 15. Split half and half, 2 + 2 of chunk 0's work would run
+    # before the wait: 13.
+    assert simulate(orders, [0, 1], [1, 1], [4, 2]).step_time == pytest.approx(15)
+    # On any other chunk the split holds: the same orders one chunk further (0 -> 1, 1 -> 2).
+    shifted = [[Action(g + 1, k, m) for g, k, m in o] for o in orders]
+    fed = [Action(0, "F", 0), Action(0, "F", 1)]
+    assert simulate([fed + shifted[0], shifted[1]], [0, 0, 1], [0, 1, 1], [0, 4, 2]).step_time \
+        == pytest.approx(13)
+
+
 def test_communication_delay_and_deadlock():
     orders = rank_orders("GPipe", [0, 1], 2, 1)
     assert simulate(orders, [0, 1], [1, 1], [1, 1], comm=0.5).step_time == pytest.approx(5)
