@@ -32,6 +32,7 @@ from typing import Iterable, Iterator, NamedTuple
 
 from .costs import LayerCosts
 from .errors import MAX_COUNT, LayoutError
+from .schedules import SPLIT_BACKWARD
 from .step_model import StepCosts, split_total
 
 RECORD_FORMAT = "harness.layer_timing/1"
@@ -59,13 +60,17 @@ class StepProfile:
     microbatches: int | None
     shape: tuple[int, int] | None  # (pp, vpp) recorded; None: an older profile does not say
     memory_missing: str | None  # why costs has no memory figures; None: it has them
+    times_refused: str | None  # why the backward times are not the layers' (split_backward_times)
     stage_memory: dict[int, dict]  # rank -> median of each STAGE_FIELDS figure over kept steps
     files: tuple[str, ...]
 
 
 def read_profile(paths: Iterable[str | Path], warmup_samples: int = 1) -> LayerCosts:
     """Per-layer costs (ms) from timing files; embedding / lm_head costs are 0 when not recorded."""
-    kept, _, _, _ = _kept_samples(paths, warmup_samples)
+    kept, all_samples, _, _ = _kept_samples(paths, warmup_samples)
+    refused = split_backward_times(all_samples)
+    if refused:
+        raise LayoutError(refused)
     cost = {layer: float(statistics.median(s.forward + s.backward for s in samples))
             for layer, samples in kept.items()}
     layers = sorted(k for k in cost if isinstance(k, int))
@@ -98,8 +103,23 @@ def read_step_profile(paths: Iterable[str | Path], warmup_samples: int = 1) -> S
     costs = StepCosts(tuple(median(i, "forward") for i in layers), tuple(median(i, "backward") for i in layers),
                       **{key: (median(key, "forward"), median(key, "backward")) for key in SPECIAL if key in kept},
                       **memory)
-    return StepProfile(costs, microbatches, _shape(all_samples), missing,
+    return StepProfile(costs, microbatches, _shape(all_samples), missing, split_backward_times(all_samples),
                        _stage_medians(stage_records, warmup_samples), tuple(files))
+
+
+def split_backward_times(samples: list[Sample]) -> str | None:
+    """Why the samples' backward times are short, or None: under a zero-bubble schedule the
+    trainer's layer hooks see the input pass of each backward and not the weight pass
+    (harness/trainer/profiling.py)."""
+    for s in samples:
+        schedule = s.extra.get("schedule")
+        if schedule in SPLIT_BACKWARD:
+            return (f"{s.file}: recorded under the {schedule} schedule, which splits each backward "
+                    f"into an input pass and a weight pass, and the layer hooks time the input pass "
+                    f"only, so its backward times are short by the weight pass; expected a profile "
+                    f"under a schedule with whole backwards: the same run with --pipeline_schedule "
+                    f"GPipe, or the uniform layout's default (Interleaved1F1B / 1F1B)")
+    return None
 
 
 def _memory_missing(files: list[str], kept: dict) -> str | None:

@@ -30,6 +30,8 @@ SCHEDULES_FOR_KIND: dict[str, tuple[str, ...]] = {
 
 # The schedules whose per-rank order is written below (the others are refused by name).
 SIMULATED = ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "ZBVZeroBubble")
+# The zero-bubble schedules: each backward is split into an input pass (I) and a weight pass (W).
+SPLIT_BACKWARD = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 
 
 class Action(NamedTuple):

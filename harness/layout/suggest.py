@@ -225,6 +225,8 @@ def _step_costs(args: argparse.Namespace) -> tuple[StepCosts, int]:
     if args.warmup_samples < 0:
         raise _Usage(f"--warmup-samples must be >= 0, got {args.warmup_samples}")
     profile = read_step_profile(expand_profiles(args.profile), args.warmup_samples)
+    if profile.times_refused:
+        raise _Usage(profile.times_refused)
     _check_profile_shape(profile.shape, profile.files, args)
     if args.memory_budget_mb is not None and profile.memory_missing:
         raise _Usage(f"--memory-budget-mb {args.memory_budget_mb:g}: {profile.memory_missing}")

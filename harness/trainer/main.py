@@ -187,7 +187,7 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
     parameters = [p for part in engine.parts for p in part.parameters()]
     optimizer = _build_optimizer(flags, parameters)
     batches = StepBatches(tokens, flags.batch_size, flags.sequence_length, microbatches)
-    profiler = LayerProfiler(engine.parts, device, rank, optimizer) if flags.profile_layers else None
+    profiler = LayerProfiler(engine.parts, device, rank, optimizer, schedule) if flags.profile_layers else None
     if profiler is not None:
         engine.loss_fn = profiler.timed_loss(engine.loss_fn)
         timings_file = profile_path(flags.profile_layers, rank, world_size)

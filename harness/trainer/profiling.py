@@ -16,6 +16,13 @@ model, but it runs wherever the head runs and over a large vocabulary its softma
 of that stage's time, so a layout suggestion must see it. On CUDA every hook synchronizes,
 which slows the profiled run but makes the times those of the layer.
 
+Each layer record names the pipeline `schedule` it was timed under (null on one device). Under a
+zero-bubble schedule (ZBVZeroBubble, InterleavedZeroBubble, DualPipeV) torch splits each
+backward into an input pass and a weight pass, and the weight pass computes the weights'
+gradients from saved intermediate nodes, past the module hooks: a layer's `backward_ms` is then
+its input pass only (measured: about half). The suggestion tool refuses such a profile's times
+(its memory figures stand).
+
 Memory, for the memory-aware layout search (docs/pipeline_layout_guide.md). Each layer record
 also carries `microbatches` (forward calls in the step), `activation_bytes` (per microbatch: the
 bytes of the tensors autograd saved for the backward while that layer's forward ran, each storage
@@ -126,8 +133,9 @@ class SavedTensorMeter:
 
 class LayerProfiler:
     def __init__(self, parts: Iterable[nn.Module], device: torch.device, rank: int,
-                 optimizer: torch.optim.Optimizer | None = None) -> None:
+                 optimizer: torch.optim.Optimizer | None = None, schedule: str | None = None) -> None:
         self.rank = rank
+        self.schedule = schedule  # the pipeline schedule's name; None on one device
         self.device = device
         self.parts = list(parts)
         self.optimizer = optimizer
@@ -299,6 +307,7 @@ class LayerProfiler:
                 "parameter_bytes": self.parameter_bytes.get(key, 0),
                 "chunk": self.chunk_of.get(key, 0),
                 "chunks": len(self.parts),
+                "schedule": self.schedule,
             }
             for key in keys
         ]

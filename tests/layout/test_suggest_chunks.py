@@ -14,7 +14,7 @@ from .test_profile import record, write
 MB = 2 ** 20
 
 
-def profile_lines(pp=2, chunks=2, memory=True, steps=3, microbatches=4, head_ms=60.0):
+def profile_lines(pp=2, chunks=2, memory=True, steps=3, microbatches=4, head_ms=60.0, schedule="Interleaved1F1B"):
     """A run of 8 layers on `pp` ranks, round-robin chunks; times summed over the microbatches."""
     lines = []
     per_rank = {r: [i for i in range(8) if (i // (8 // (pp * chunks))) % pp == r] for r in range(pp)}
@@ -23,7 +23,7 @@ def profile_lines(pp=2, chunks=2, memory=True, steps=3, microbatches=4, head_ms=
             keys = [*(["embedding"] if rank == 0 else []), *layers, *(["lm_head"] if rank == pp - 1 else [])]
             for key in keys:
                 fwd, bwd = (head_ms, 2 * head_ms) if key == "lm_head" else (4.0, 8.0)
-                extra = {"microbatches": microbatches, "chunk": 0, "chunks": chunks}
+                extra = {"microbatches": microbatches, "chunk": 0, "chunks": chunks, "schedule": schedule}
                 if memory:
                     extra |= {"activation_bytes": (8 if key == "lm_head" else 2) * MB,
                               "parameter_bytes": (16 if key in ("lm_head", "embedding") else 3) * MB}
@@ -136,6 +136,21 @@ def test_old_profile_without_memory_names_file_and_field_and_still_gives_times(t
     code, out, _ = run(capsys, "--pipeline-parallel", "2", "--virtual-pipeline-parallel", "2",
                        "--profile", str(path))
     assert code == 0 and out.startswith("--pipeline_chunk_layout=")
+
+
+@pytest.mark.parametrize("vpp", ["1", "2"])
+def test_a_zero_bubble_profile_is_refused_naming_file_and_schedule(tmp_path, capsys, vpp):
+    # Its layer hooks saw the input pass of each backward, not the weight pass.
+    path = write(tmp_path, "zbv.jsonl", profile_lines(schedule="ZBVZeroBubble"))
+    ask = ["--pipeline-parallel", "2", "--virtual-pipeline-parallel", vpp, "--any-profile-shape"]
+    code, out, err = run(capsys, *ask, "--profile", str(path))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "zbv.jsonl: recorded under the ZBVZeroBubble schedule" in err and "--pipeline_schedule GPipe" in err
+    # The same records under a schedule with whole backwards are taken; the memory figures of
+    # the refused profile can still be read (the benchmark compares them with the model).
+    whole = write(tmp_path, "gpipe.jsonl", profile_lines(schedule="GPipe"))
+    assert run(capsys, *ask, "--profile", str(whole))[0] == 0
+    assert read_step_profile([path]).stage_memory[0]["peak_activation_bytes"] == 10 * MB
 
 
 def test_other_shape_is_accepted_when_asked(tmp_path, capsys):

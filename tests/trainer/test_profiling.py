@@ -102,3 +102,15 @@ def test_saved_tensors_are_released_step_after_step():
              for _ in range(3)]
     assert peaks[0] > 0 and peaks == [peaks[0]] * 3
     assert profiler.meter.live == 0
+
+
+def test_records_name_the_schedule_they_were_timed_under():
+    # The suggestion tool refuses a zero-bubble profile's times (its weight passes are unseen).
+    engine = SingleDeviceEngine(build_model(CONFIG), torch.device("cpu"), torch.float32)
+    for schedule in (None, "ZBVZeroBubble"):
+        profiler = LayerProfiler(engine.parts, torch.device("cpu"), rank=0, schedule=schedule)
+        x = torch.randint(0, 16, (2, 1, 8))
+        engine.forward_backward(x, torch.roll(x, 1, dims=-1))
+        layers = [r for r in profiler.take_records(step=1) if r["format"] == RECORD_FORMAT]
+        profiler.close()
+        assert len(layers) == 4 and {r["schedule"] for r in layers} == {schedule}
