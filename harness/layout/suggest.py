@@ -33,7 +33,7 @@ from .chunk_search import search_chunks
 from .costs import LayerCosts, parse_costs
 from .errors import LayoutError
 from .layout import PipelineLayout
-from .profile import read_profile, read_step_profile
+from .profile import StepProfile, read_profile, read_step_profile
 from .schedules import SCHEDULES_FOR_KIND, SIMULATED, chunk_order_kind
 from .solver import stage_costs
 from .step_model import OPTIMIZER_STATES, Evaluation, StepCosts, StepModel, split_total
@@ -224,16 +224,23 @@ def _step_costs(args: argparse.Namespace) -> tuple[StepCosts, int]:
         return StepCosts.from_layer_costs(totals), args.microbatches or 2 * pp
     if args.warmup_samples < 0:
         raise _Usage(f"--warmup-samples must be >= 0, got {args.warmup_samples}")
-    profile = read_step_profile(expand_profiles(args.profile), args.warmup_samples)
-    if profile.times_refused:
-        raise _Usage(profile.times_refused)
-    _check_profile_shape(profile.shape, profile.files, args)
+    profile = _checked_profile(args)
     if args.memory_budget_mb is not None and profile.memory_missing:
         raise _Usage(f"--memory-budget-mb {args.memory_budget_mb:g}: {profile.memory_missing}")
     costs = profile.costs
     overrides = {name: split_total(value) for name, value in (("embedding", args.embedding_cost), ("lm_head", args.lm_head_cost))
                  if value is not None}
     return replace(costs, **overrides), args.microbatches or profile.microbatches or 2 * pp
+
+
+def _checked_profile(args: argparse.Namespace) -> StepProfile:
+    """The --profile files read, refused when their times are not whole layers' (a zero-bubble
+    schedule) or their shape is not the one asked."""
+    profile = read_step_profile(expand_profiles(args.profile), args.warmup_samples)
+    if profile.times_refused:
+        raise _Usage(profile.times_refused)
+    _check_profile_shape(profile.shape, profile.files, args)
+    return profile
 
 
 def _check_profile_shape(shape: tuple[int, int] | None, files: tuple[str, ...], args) -> None:
@@ -267,8 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                                     args.schedule, args.memory_budget_mb, args.optimizer)
         else:
             if args.profile is not None and args.warmup_samples >= 0:
-                _check_profile_shape(read_step_profile(expand_profiles(args.profile), args.warmup_samples).shape,
-                                     tuple(args.profile), args)
+                _checked_profile(args)
             report = suggest(_costs(args), args.pipeline_parallel)
     except (_Usage, LayoutError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
