@@ -24,7 +24,8 @@ from harness.spec.records import write_atomic
 from .process import run_process
 from .reaper import CANNOT_START
 
-FACTS_FORMAT = "harness.binary_facts/1"
+# /2 added each flag's default as the listing gives it (/1 entries are asked again)
+FACTS_FORMAT = "harness.binary_facts/2"
 # Bytes a CUDA build of InfiniTrain carries: the names of the libraries its ELF links or loads
 # (a CPU build, USE_CUDA=OFF, names none; its parallel ranks abort `No DeviceGuardImpl
 # registered for type 1`, docs/infinitrain.md).
@@ -44,20 +45,30 @@ class BinaryFacts:
     sha256: str
     flags: frozenset[str]  # every flag its listing names
     multi_rank: bool  # built with CUDA: can run more than one rank
+    # (flag, default) as the listing's <default> gives it, sorted: what a flag the case leaves
+    # out is (the PyTorch baseline runs with InfiniTrain's defaults, harness.spec.infinitrain)
+    defaults: tuple[tuple[str, str], ...] = ()
 
     def accepts(self, flag: str) -> bool:
         return flag in self.flags
 
+    def default(self, flag: str) -> str | None:
+        """The flag's default as the binary's listing states it, or None when it lists none."""
+        return dict(self.defaults).get(flag)
+
     def to_json(self) -> dict:
         return {"format": FACTS_FORMAT, "path": self.path, "sha256": self.sha256,
-                "flags": sorted(self.flags), "multi_rank": self.multi_rank}
+                "flags": sorted(self.flags), "multi_rank": self.multi_rank,
+                "defaults": dict(self.defaults)}
 
     @classmethod
     def from_json(cls, data: dict) -> "BinaryFacts":
         if data.get("format") != FACTS_FORMAT:
             raise ValueError(f"format {data.get('format')!r}, expected {FACTS_FORMAT!r}")
         return cls(path=str(data["path"]), sha256=str(data["sha256"]),
-                   flags=frozenset(map(str, data["flags"])), multi_rank=bool(data["multi_rank"]))
+                   flags=frozenset(map(str, data["flags"])), multi_rank=bool(data["multi_rank"]),
+                   defaults=tuple(sorted((str(k), str(v))
+                                         for k, v in dict(data["defaults"]).items())))
 
 
 def content_hash(path: Path) -> tuple[str, bool]:
@@ -76,6 +87,11 @@ def content_hash(path: Path) -> tuple[str, bool]:
 
 def parse_helpxml(text: str, binary: Path) -> frozenset[str]:
     """The flag names of gflags' `--helpxml` listing (`<AllFlags>` of `<flag><name>`)."""
+    return frozenset(listing_defaults(text, binary))
+
+
+def listing_defaults(text: str, binary: Path) -> dict[str, str]:
+    """Every flag of gflags' `--helpxml` listing with its `<default>` (as text, stripped)."""
     start, end = text.find("<AllFlags>"), text.rfind("</AllFlags>")
     if start < 0 or end < 0:
         shown = " ".join(text.split())[:200] or "nothing"
@@ -88,8 +104,9 @@ def parse_helpxml(text: str, binary: Path) -> frozenset[str]:
     except ElementTree.ParseError as error:
         raise BinaryFactsError(f"{binary}: its --helpxml listing is not well-formed XML "
                                f"({error})") from None
-    names = frozenset((flag.findtext("name") or "").strip() for flag in root.iter("flag"))
-    names -= {""}
+    names = {(flag.findtext("name") or "").strip(): (flag.findtext("default") or "").strip()
+             for flag in root.iter("flag")}
+    names.pop("", None)
     if not names:
         raise BinaryFactsError(f"{binary}: its --helpxml listing names no flag; expected one "
                                f"<flag><name>...</name></flag> per flag")
@@ -115,8 +132,9 @@ def ask_binary(binary: Path, sha256: str, multi_rank: bool, cwd: Path) -> Binary
     not_started = [line for line in text.splitlines() if line.startswith("reaper: cannot start")]
     if done.returncode == CANNOT_START and not_started:
         raise BinaryFactsError(f"{binary}: cannot be run ({not_started[0].split(': ', 2)[-1]})")
-    flags = parse_helpxml(text, binary)
-    return BinaryFacts(path=str(binary), sha256=sha256, flags=flags, multi_rank=multi_rank)
+    listing = listing_defaults(text, binary)
+    return BinaryFacts(path=str(binary), sha256=sha256, flags=frozenset(listing),
+                       multi_rank=multi_rank, defaults=tuple(sorted(listing.items())))
 
 
 def learn_binary(binary: Path, store: Path) -> BinaryFacts:
@@ -128,7 +146,8 @@ def learn_binary(binary: Path, store: Path) -> BinaryFacts:
     with FileLock(str(store / f".{sha256}.lock")):
         try:
             facts = BinaryFacts.from_json(json.loads(entry.read_text()))
-            return BinaryFacts(str(binary), facts.sha256, facts.flags, facts.multi_rank)
+            return BinaryFacts(str(binary), facts.sha256, facts.flags, facts.multi_rank,
+                               facts.defaults)
         except (OSError, ValueError, KeyError, TypeError):
             pass  # not asked yet, or a damaged entry: ask again
         facts = ask_binary(binary, sha256, multi_rank, cwd=store)
