@@ -31,26 +31,50 @@ def _write(folder, values):
         np.save(folder / f"{name}.npy", np.asarray(value, dtype=np.float32))
 
 
+def _judge(tmp_path):
+    """One step's loss, the gradients of run/ and ref/, and their updates, judged."""
+    steps = [{"step": 1, "loss": 2.0}]
+    tol = Tolerance(atol=1e-5, rtol=0.0)
+    return judge(steps, steps, tol, 1e-5, (tmp_path / "run" / "gradients",
+                                           tmp_path / "ref" / "gradients"), tol, 1e-5, None,
+                 updates=UpdatesRequest(tmp_path / "run" / "updates",
+                                        tmp_path / "ref" / "updates", 1e-3, 0.0))
+
+
 def test_updates_without_reference_updates_fail_with_the_reason(tmp_path):
     _write(tmp_path / "run" / "gradients", {"h.0.w": [1.0, 2.0]})
     _write(tmp_path / "ref" / "gradients", {"h.0.w": [1.0, 2.0]})
     _write(tmp_path / "run" / "updates", {"h.0.w": [0.1, 0.2]})
-    steps = [{"step": 1, "loss": 2.0}]
-    tol = Tolerance(atol=1e-5, rtol=0.0)
-    verdict = judge(steps, steps, tol, 1e-5, (tmp_path / "run" / "gradients",
-                                               tmp_path / "ref" / "gradients"), tol, 1e-5, None,
-                    updates=UpdatesRequest(tmp_path / "run" / "updates",
-                                           tmp_path / "ref" / "updates", 1e-3, 0.0))
+    verdict = _judge(tmp_path)
     assert not verdict.ok
     assert verdict.lines()[-1].startswith("parameter updates: not compared: the reference has no "
                                           "parameter updates in ")
     assert verdict.record()["gradients"]["parameter_updates"]["compared"] is False
     _write(tmp_path / "ref" / "updates", {"h.0.w": [0.1, 0.2]})  # with them: compared, passes
-    again = judge(steps, steps, tol, 1e-5, (tmp_path / "run" / "gradients",
-                                             tmp_path / "ref" / "gradients"), tol, 1e-5, None,
-                  updates=UpdatesRequest(tmp_path / "run" / "updates",
-                                         tmp_path / "ref" / "updates", 1e-3, 0.0))
+    again = _judge(tmp_path)
     assert again.ok and again.record()["gradients"]["parameter_updates"]["ok"] is True
+
+
+def test_a_run_that_writes_no_updates_fails_every_parameter_missing(tmp_path):
+    """Planted: in `judge`, the update comparison guarded with `updates.got.is_dir()`. A run
+    whose trainer stopped dumping its updates then passed on loss and gradients alone, and the
+    record said nothing of the updates. It must fail with every parameter `missing`, and say
+    the run wrote none."""
+    names = {"h.0.w": [1.0, 2.0], "h.1.w": [3.0, 4.0]}
+    _write(tmp_path / "run" / "gradients", names)
+    _write(tmp_path / "ref" / "gradients", names)
+    _write(tmp_path / "ref" / "updates", {"h.0.w": [0.1, 0.2], "h.1.w": [0.3, 0.4]})
+    verdict = _judge(tmp_path)
+    assert not verdict.ok
+    updates = verdict.record()["gradients"]["parameter_updates"]
+    assert updates["missing"] == ["h.0.w", "h.1.w"], updates
+    assert updates["ok"] is False and updates["run_wrote_none"] is True
+    assert "the run wrote no parameter updates" in updates["reason"]
+    text = "\n".join(verdict.lines())
+    assert "parameter updates: 2 missing from the run" in text, text
+    assert "the run wrote no parameter updates" in text, text
+    (tmp_path / "run" / "updates").mkdir()  # an empty folder: the same
+    assert not _judge(tmp_path).ok
 
 
 @pytest.mark.slow
