@@ -41,3 +41,24 @@ def test_the_closure_follows_packages_and_stops_at_known_modules():
     assert "harness.spec" in reached and "harness.spec.models" in reached  # packages run too
     files = {p.relative_to(HARNESS).as_posix() for p in trainer_files()}
     assert {"__init__.py", "trainer/__init__.py", "trainer/__main__.py"} <= files
+
+
+def test_the_backend_version_changes_with_every_folder_the_trainer_runs(monkeypatch):
+    """Planted: `HarnessBackend.version()` hashing the trainer's files less harness/spec (the
+    test above checks `source_digest`, below the key). A change to one file of each folder the
+    trainer runs (harness/spec among them) must change the version, the reference key."""
+    from pathlib import Path
+
+    from harness.launch.backends import HarnessBackend
+
+    files = trainer_files()
+    before = HarnessBackend().version()
+    folders = {p.relative_to(HARNESS).parts[0]: p for p in files if p.parent != HARNESS}
+    assert {"spec", "trainer", "layout"} <= set(folders)
+    read_bytes = Path.read_bytes
+    for folder, changed in sorted(folders.items()):
+        monkeypatch.setattr(Path, "read_bytes", lambda self, changed=changed: read_bytes(self) + (
+            b"\n# a change\n" if self == changed else b""))
+        assert HarnessBackend().version() != before, f"{changed} ({folder}/) is not in the key"
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    assert HarnessBackend().version() == before
