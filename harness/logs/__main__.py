@@ -1,0 +1,7 @@
+"""`python -m harness.logs BASELINE SUBJECT [--pairing FILE] [-o REPORT]`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,322 @@
+"""The readers, one per kind of recorded log, each to RecordedRun; what cannot be read is a
+BadInput (one line naming the file and what was expected), never dropped.
+
+    result_pytorch*.log                 PyTorch baseline: `Running: gpt2_1 (fp32)` sections (or
+                                        descriptive ones: case None, paired in pairing.py)
+    result_megatron_training_<m>.log    Megatron: `Running: llama3_1 (float32)` sections; its
+                                        step 2 is the mean of iterations 1-2, so 2*L2 - L1
+    <model>_<case>.log                  an InfiniTrain run's log (flat, or under logs/<tag>/
+                                        with a run_metadata.log)
+    results.jsonl                       the harness's own session folder
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from harness.results import read_results
+
+STEP = re.compile(r"\bstep\s+(\d+)/\s*\d+\s*\|\s*train loss\s+(\S+)")
+ITERATION = re.compile(r"\biteration\s+(\d+)/\s*\d+\s*\|.*?\blm loss:\s*(\S+)")
+SECTION = re.compile(r"^Running:\s*(.+?)\s*$")
+# An id-style section (or a log's stem): model, then the case (`gpt2_1_bfloat16`).
+ID_NAME = re.compile(r"^([a-z][a-z0-9.]*?)_([A-Za-z0-9][\w.]*)$")
+METADATA_KEYS = {"RUN_STARTED_AT": "run_started_at", "GIT_BRANCH": "git_branch",
+                 "GIT_COMMIT": "git_commit", "CONFIG_FILE": "config_file"}
+MEGATRON_NOTE = ("step 2 := 2*L2 - L1 (Megatron logs the mean of iterations 1-2 as "
+                 "iteration 2)")
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """One run's losses per step, as a log recorded them."""
+
+    kind: str  # pytorch, megatron, infinitrain, harness
+    model: str
+    case: str | None  # None: a descriptive section name, not yet paired
+    dtype: str
+    steps: tuple[int, ...]
+    losses: tuple[float, ...]
+    source: str  # the file, and the section when there is one
+    tag: str | None = None
+    note: str | None = None
+    meta: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def section(self) -> str | None:
+        return self.meta.get("section")
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return self.model, self.case
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}/{self.case}" if self.case else f"{self.model}/?"
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """A log, section or record that could not be read; model/case when they are known."""
+
+    source: str
+    message: str  # names the file and what was expected
+    model: str | None = None
+    case: str | None = None
+    tag: str | None = None
+
+
+@dataclass(frozen=True)
+class Reading:
+    runs: tuple[RecordedRun, ...]
+    bad: tuple[BadInput, ...]
+
+    def __add__(self, other: "Reading") -> "Reading":
+        return Reading(self.runs + other.runs, self.bad + other.bad)
+
+
+def dtype_of(name: str) -> str:
+    """bfloat16 when a case or section name says bfloat16/bf16, else float32."""
+    return "bfloat16" if re.search(r"bfloat16|bf16", name, re.I) else "float32"
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text.rstrip(",;|"))
+    except ValueError:
+        return math.nan
+
+
+def _steps(lines: Iterable[str], pattern: re.Pattern) -> list[tuple[int, float]]:
+    return [(int(m.group(1)), _float(m.group(2))) for m in map(pattern.search, lines) if m]
+
+
+def _checked(pairs: list[tuple[int, float]], source: str, what: str) -> str | None:
+    """The problem with a run's (step, loss) pairs, or None."""
+    if not pairs:
+        return f"{source}: no {what} lines; expected one per step"
+    seen: set[int] = set()
+    for step, _ in pairs:
+        if step in seen:
+            return f"{source}: step {step} appears twice; expected each step once"
+        seen.add(step)
+    return None
+
+
+def _sections(path: Path) -> list[tuple[str, list[str]]]:
+    """(section name, its lines) for each `Running: ...` section of a baseline log."""
+    sections: list[tuple[str, list[str]]] = []
+    for line in path.read_text(errors="replace").splitlines():
+        m = SECTION.match(line)
+        if m:
+            sections.append((m.group(1), []))
+        elif sections:
+            sections[-1][1].append(line)
+    return sections
+
+
+def _section_name(name: str) -> tuple[str, str, str] | None:
+    """(model, case, dtype) of an id-style section (`gpt2_3 (fp32, 8 GPUs)`), else None."""
+    head, _, rest = name.partition(" ")
+    m = ID_NAME.match(head)
+    if not m or (rest and not (rest.startswith("(") and rest.endswith(")"))):
+        return None
+    return m.group(1), m.group(2), dtype_of(name)
+
+
+def read_pytorch(path: Path) -> Reading:
+    """A PyTorch baseline log: one run per `Running:` section; a descriptive section name
+    (`GPT-2 (Single GPU, default batch, fp32)`) keeps case None for pairing.py."""
+    from .pairing import descriptive_model
+
+    runs, bad = [], []
+    sections = _sections(path)
+    if not sections:
+        bad.append(BadInput(str(path), f"{path}: no `Running: <model>_<case>` section; "
+                                       "expected a PyTorch baseline log"))
+    for name, lines in sections:
+        source = f"{path} [{name}]"
+        parsed = _section_name(name)
+        if parsed:
+            model, case, dtype = parsed
+        else:
+            model, case, dtype = descriptive_model(name), None, dtype_of(name)
+        pairs = _steps(lines, STEP)
+        problem = _checked(pairs, source, "`step N/M | train loss X`")
+        if problem:
+            bad.append(BadInput(source, problem, model, case))
+            continue
+        runs.append(RecordedRun("pytorch", model, case, dtype, tuple(s for s, _ in pairs),
+                                tuple(x for _, x in pairs), source,
+                                note=None if case else "descriptive section name",
+                                meta={"section": name, "file": str(path)}))
+    return Reading(tuple(runs), tuple(bad))
+
+
+def read_megatron(path: Path) -> Reading:
+    """A Megatron baseline log, step 2 corrected (MEGATRON_NOTE); a section without iteration
+    1 cannot be corrected and is a bad input."""
+    file_model = path.stem.removeprefix("result_megatron_training_")
+    runs, bad = [], []
+    sections = _sections(path)
+    if not sections:
+        bad.append(BadInput(str(path), f"{path}: no `Running: <model>_<case> (<dtype>)` "
+                                       "section; expected a Megatron baseline log"))
+    for name, lines in sections:
+        source = f"{path} [{name}]"
+        parsed = _section_name(name)
+        if not parsed:
+            bad.append(BadInput(source, f"{source}: section name {name!r}; expected "
+                                        "`<model>_<case> (<dtype>)`", file_model))
+            continue
+        model, case, dtype = parsed
+        if model != file_model:
+            bad.append(BadInput(source, f"{source}: section of model {model!r} in the log of "
+                                        f"{file_model!r}; expected {file_model}", model, case))
+            continue
+        pairs = _steps(lines, ITERATION)
+        problem = _checked(pairs, source, "`iteration N/M | ... | lm loss: X`")
+        losses = dict(pairs)
+        if not problem and 2 in losses and 1 not in losses:
+            problem = (f"{source}: iteration 2 but no iteration 1; expected iteration 1 to "
+                       "correct step 2 (Megatron logs the mean of iterations 1-2)")
+        if problem:
+            bad.append(BadInput(source, problem, model, case))
+            continue
+        note = None
+        if 2 in losses:
+            losses[2] = 2 * losses[2] - losses[1]
+            note = MEGATRON_NOTE
+        steps = tuple(s for s, _ in pairs)
+        runs.append(RecordedRun("megatron", model, case, dtype, steps,
+                                tuple(losses[s] for s in steps), source, note=note,
+                                meta={"section": name, "file": str(path)}))
+    return Reading(tuple(runs), tuple(bad))
+
+
+def read_run_metadata(path: Path) -> dict:
+    """`[RUN_STARTED_AT] ...` lines of an InfiniTrain run_metadata.log, as meta keys."""
+    meta = {}
+    for line in path.read_text(errors="replace").splitlines():
+        m = re.match(r"^\[(\w+)\]\s*(.*?)\s*$", line)
+        if m and m.group(1) in METADATA_KEYS:
+            meta[METADATA_KEYS[m.group(1)]] = m.group(2)
+    return meta
+
+
+def _metadata_near(path: Path) -> tuple[dict, Path | None]:
+    for folder in list(path.parents)[:3]:
+        candidate = folder / "run_metadata.log"
+        if candidate.is_file():
+            return read_run_metadata(candidate), candidate
+    return {}, None
+
+
+def read_infinitrain(path: Path) -> Reading:
+    """An InfiniTrain log `<model>_<case>.log` (case `1`, `1_bfloat16`, ...); under
+    `logs/<tag>/` beside a run_metadata.log the folder is the tag."""
+    m = ID_NAME.match(path.stem)
+    if not m:
+        return Reading((), (BadInput(str(path), f"{path}: file name; expected "
+                                                "`<model>_<case>.log`"),))
+    model, case = m.groups()
+    meta, metadata = _metadata_near(path)
+    tag = path.parent.name if metadata is not None and path.parent.name != "logs" else None
+    meta = {**meta, "file": str(path)}
+    if metadata is not None:
+        meta["run_metadata"] = str(metadata)
+    pairs = _steps(path.read_text(errors="replace").splitlines(), STEP)
+    problem = _checked(pairs, str(path), "`step N/M | train loss X`")
+    if problem:
+        return Reading((), (BadInput(str(path), problem, model, case, tag),))
+    return Reading((RecordedRun("infinitrain", model, case, dtype_of(case),
+                                tuple(s for s, _ in pairs), tuple(x for _, x in pairs),
+                                str(path), tag=tag, meta=meta),), ())
+
+
+def read_session(path: Path) -> Reading:
+    """A harness session's results.jsonl: one run per record with losses."""
+    try:
+        records = read_results(path)
+    except (OSError, ValueError) as e:
+        return Reading((), (BadInput(str(path), f"{path}: {e}; expected the harness's "
+                                                "results.jsonl records"),))
+    runs, bad = [], []
+    for i, record in enumerate(records, 1):
+        name = record.get("name") or f"record {i}"
+        source = f"{path} [{name}]"
+        model, case, tag = record.get("model"), record.get("case_id"), record.get("tag")
+        if not model or not case:
+            bad.append(BadInput(source, f"{source}: no model or case_id; expected both"))
+            continue
+        losses, steps = record.get("losses") or [], record.get("steps")
+        steps = list(steps) if steps else list(range(1, len(losses) + 1))
+        if not losses:
+            bad.append(BadInput(source, f"{source}: no losses (status "
+                                        f"{record.get('status')}); expected a loss per step",
+                                model, case, tag))
+            continue
+        if len(steps) != len(losses) or len(set(steps)) != len(steps):
+            bad.append(BadInput(source, f"{source}: {len(steps)} steps for {len(losses)} "
+                                        "losses; expected one loss per distinct step",
+                                model, case, tag))
+            continue
+        dtype = (record.get("flags") or {}).get("dtype") or dtype_of(case)
+        runs.append(RecordedRun("harness", model, case, dtype, tuple(map(int, steps)),
+                                tuple(_float(str(x)) if x is None else float(x)
+                                      for x in losses), source, tag=tag,
+                                meta={"file": str(path), "status": record.get("status"),
+                                      "session": record.get("session")}))
+    return Reading(tuple(runs), tuple(bad))
+
+
+def kind_of(path: Path) -> str | None:
+    """Which reader a file is for, or None when it is none of ours."""
+    name = path.name
+    if name == "results.jsonl":
+        return "harness"
+    if name.startswith("result_pytorch") and name.endswith(".log"):
+        return "pytorch"
+    if name.startswith("result_megatron_training_") and name.endswith(".log"):
+        return "megatron"
+    if (name.endswith(".log") and name != "run_metadata.log" and "profile" not in name
+            and not name.startswith("result_") and ID_NAME.match(path.stem)):
+        return "infinitrain"
+    return None
+
+
+READERS = {"pytorch": read_pytorch, "megatron": read_megatron, "infinitrain": read_infinitrain,
+           "harness": read_session}
+
+
+def read_paths(paths: Iterable[str | Path]) -> Reading:
+    """Every recorded run under the paths (files, or folders searched recursively for any
+    mix of kinds). A path that is not there is a FileNotFoundError."""
+    reading = Reading((), ())
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such file or folder; expected a log file or a "
+                                    "folder of logs")
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        found = False
+        for file in files:
+            kind = kind_of(file)
+            if kind is None:
+                continue
+            found = True
+            try:
+                reading = reading + READERS[kind](file)
+            except OSError as e:
+                reading = reading + Reading((), (BadInput(str(file), f"{file}: unreadable "
+                                                          f"({e}); expected a {kind} log"),))
+        if not found:
+            reading = reading + Reading((), (BadInput(str(path), f"{path}: no recorded run "
+                                                      "(result_pytorch*.log, result_megatron_"
+                                                      "training_*.log, <model>_<case>.log, "
+                                                      "results.jsonl); expected at least one"),))
+    return reading
