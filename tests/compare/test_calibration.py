@@ -89,6 +89,28 @@ def test_loss_noise_above_the_ceiling_is_an_error_too():
         calibrated_thresholds(BF16, calibration(dtype="bfloat16", loss_noise=1e-2))
 
 
+@pytest.mark.parametrize("what", ["gradients", "loss"])
+@pytest.mark.parametrize("share", [1.5, 3, 6, 9.9])  # noise = ceiling x share / MARGIN
+def test_float32_noise_between_a_tenth_of_the_ceiling_and_the_ceiling_is_refused(what, share):
+    """Planted: the ceiling checked on the raw noise instead of noise x MARGIN. Float32 noise of
+    3e-5 (below the 5e-5 ceiling, above ceiling / 10) would then give a 3e-4 threshold, which
+    lets a 1e-4 stage bug pass; it must be an error, and no threshold above the ceiling is ever
+    handed out."""
+    limit = getattr(CEILING["float32"], what)
+    noise = limit * share / MARGIN
+    assert limit / MARGIN < noise < limit
+    with pytest.raises(CalibrationError, match=f"above the ceiling {limit:.3g} of float32"):
+        calibrated_thresholds(F32, calibration(**{f"{what}_noise": noise}))
+    thresholds, _ = calibrated_thresholds(F32, calibration(**{f"{what}_noise": limit / MARGIN}))
+    assert getattr(thresholds, what) <= limit * (1 + 1e-12)
+
+
+def test_3e5_float32_gradient_noise_gives_no_3e4_threshold():
+    """Planted as above (the raw noise against the ceiling): the issue's example point."""
+    with pytest.raises(CalibrationError, match="gradient noise 3e-05.*0.0003, above the ceiling"):
+        calibrated_thresholds(F32, calibration(gradients_noise=3e-5))
+
+
 def test_a_1e4_stage_bug_still_fails_at_the_ceiling():
     # The loosest calibration that is accepted: noise x MARGIN exactly at the ceiling.
     ceiling = CEILING["float32"]
