@@ -115,6 +115,7 @@ MODULES: dict[str, str] = {
     "tests/runner/test_checkpoints.py": UNIT,
     "tests/runner/test_diagnosis.py": UNIT,
     "tests/runner/test_fp64_ratio.py": UNIT,
+    "tests/runner/test_judge_stages.py": UNIT,
     "tests/runner/test_plan_stage.py": UNIT,
     "tests/runner/test_settings.py": UNIT,
     "tests/runner/test_updates_verdict.py": UNIT,

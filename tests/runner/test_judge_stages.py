@@ -1,0 +1,124 @@
+"""The verdict's stages with run data that differs from the reference, in process: no trainer
+is launched (the heavy end-to-end tests were the only ones to see these plants, ~5 minutes).
+
+Plants this module catches, each named by the test that sees it:
+  A  `judge` handed the reference twice: the losses or the gradients compared ref vs ref
+     (in `judge` itself, or in `CaseRunner.judge_case` passing the reference as the run).
+  B  a collected failure (the run crashed, `Collected.failure`) returned as a pass by
+     `CaseRunner._run`, or judged on whatever dumps the crashed run left.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness.compare.case_verdict import CaseVerdict, judge
+from harness.compare.verdict import RelativeThresholds
+from harness.spec.records import write_steps
+from harness.spec.tolerance import Tolerance
+
+TOL = Tolerance(atol=1e-5, rtol=0.0)
+REF_STEPS = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}]
+RUN_STEPS = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.7}]  # step 2's loss is off
+REF_GRADS = {"h.0.w": [1.0, 2.0], "h.1.w": [3.0, 4.0]}
+RUN_GRADS = {"h.0.w": [1.0, 2.0], "h.1.w": [3.0, 4.5]}  # h.1.w is off
+
+
+def _dump(folder, arrays):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, value in arrays.items():
+        np.save(folder / f"{name}.npy", np.asarray(value, np.float32))
+    return folder
+
+
+def test_judge_fails_run_losses_and_gradients_that_differ_from_the_reference(tmp_path):
+    """Plant A (in `judge`): the reference compared with itself, losses or gradients."""
+    run, ref = _dump(tmp_path / "run", RUN_GRADS), _dump(tmp_path / "ref", REF_GRADS)
+    verdict = judge(RUN_STEPS, REF_STEPS, TOL, 1e-5, (run, ref), TOL, 1e-5, None)
+    assert not verdict.loss.ok, "the run's losses were not compared with the reference's"
+    assert not verdict.gradients.ok, "the run's gradients were not compared with the reference's"
+    assert [d.name for d in verdict.gradients.mismatched] == ["h.1.w"]
+    assert not verdict.ok
+    same = judge(REF_STEPS, REF_STEPS, TOL, 1e-5, (ref, ref), TOL, 1e-5, None)
+    assert same.ok  # the same data passes: the failures above are the differences
+
+
+@pytest.fixture
+def runner(tmp_path):
+    """A CaseRunner of one plain gpt2 case, and the case; nothing launches."""
+    from harness.cases import load_config
+    from harness.runner import CaseRunner, Settings
+
+    (tmp_path / "cases.json").write_text(json.dumps({
+        "models": ["gpt2"],
+        "test_groups": [{"tag": "t", "tests": [{"id": "one", "args": {}}]}]}))
+    config = load_config(tmp_path / "cases.json")
+    settings = Settings(session_id="s", session_dir=tmp_path / "session",
+                        reference_root=tmp_path / "refs", lease_dir=tmp_path / "leases",
+                        slots=1, device="cpu", timeout_s=60)
+    return CaseRunner(config, settings), config.cases[0]
+
+
+def _staged(tmp_path, case):
+    """What the plan, reference and collect stages hand the judge: the run differing."""
+    from harness.runner.case_runner import Collected
+
+    ref_steps = tmp_path / "reference" / "steps.jsonl"
+    ref_steps.parent.mkdir(parents=True)
+    write_steps(ref_steps, REF_STEPS)
+    reference = SimpleNamespace(steps_file=ref_steps, path=ref_steps.parent, key="k",
+                                built=False, info={},
+                                gradients_dir=_dump(tmp_path / "reference" / "gradients",
+                                                    REF_GRADS))
+    planned = SimpleNamespace(case=case, flags={}, out=tmp_path / "run", gradients=True,
+                              checkpoint=tmp_path / "gpt2.bin", input_bin=tmp_path / "t.bin",
+                              updates=None, relative=RelativeThresholds(loss=1e-5,
+                                                                        gradients=1e-5))
+    outputs = SimpleNamespace(steps=RUN_STEPS, gradients_dir=_dump(tmp_path / "run" / "gradients",
+                                                                   RUN_GRADS))
+    return planned, reference, Collected(outputs, None, None)
+
+
+def test_judge_case_compares_the_run_not_the_reference_with_itself(runner, tmp_path):
+    """Plant A (in `CaseRunner.judge_case`): the reference's steps or gradient folder passed
+    as the run's."""
+    from harness.runner.record import start_record
+
+    runner, case = runner
+    planned, reference, collected = _staged(tmp_path, case)
+    record = start_record(case, runner.settings, "")
+    verdict = runner.judge_case(planned, collected, reference, record)
+    assert not verdict.ok
+    assert record.loss["ok"] is False, record.loss
+    assert record.gradients["ok"] is False, record.gradients
+
+
+def test_a_collected_failure_is_the_outcome_never_a_pass(runner, tmp_path, monkeypatch):
+    """Plant B: `CaseRunner._run` returning a collected failure (the run crashed) as a pass,
+    or going on to judge the dumps the crashed run left (here they would pass)."""
+    from harness.runner.case_runner import Collected
+    from harness.runner.settings import Outcome
+
+    runner, case = runner
+    planned, reference, _ = _staged(tmp_path, case)
+    crashed = Collected(SimpleNamespace(steps=REF_STEPS, gradients_dir=reference.gradients_dir),
+                        None, "t/gpt2/one: rank 0 exited with 1: boom")
+    judged = []
+    monkeypatch.setattr(runner, "plan", lambda case, record: planned)
+    monkeypatch.setattr(runner, "reference", lambda *args: reference)
+    monkeypatch.setattr(runner, "num_layers", lambda model: None)
+    monkeypatch.setattr(runner, "launch_case", lambda *args: SimpleNamespace())
+    monkeypatch.setattr(runner, "collect_case", lambda *args: crashed)
+    monkeypatch.setattr(runner, "judge_case", lambda *args: judged.append(1) or CaseVerdict(
+        None, None, None))
+    monkeypatch.setattr(runner, "baseline_case", lambda *args: None)
+    monkeypatch.setattr(runner, "settle", lambda *args: Outcome("passed", ""))
+    outcome = runner.run(case)
+    assert outcome.status == "failed", (outcome.status, outcome.message)
+    assert "boom" in outcome.message
+    assert outcome.record["status"] == "failed" and outcome.record["self_check"] == "failed"
+    assert not judged, "a crashed run's dumps were judged"
