@@ -1,6 +1,7 @@
-"""`python -m harness.logs BASELINE SUBJECT`: pair the runs, judge each pair, print one line a
-case, write report.md; exit 0 when every case passed, 1 when one failed, had no partner or a bad
-input, 2 for unusable arguments."""
+"""The tool's cases, verdict lines, report.md and exit code. `python -m harness.logs BASELINE
+SUBJECT` pairs the runs, judges each pair, prints one line a case and writes report.md; exit 0
+when every case passed, 1 when one failed, had no partner or a bad input, 2 for unusable
+arguments."""
 
 from __future__ import annotations
 

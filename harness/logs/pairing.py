@@ -4,11 +4,10 @@ table, or a `--pairing FILE`), then baseline runs with subject runs by (model, c
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .readers import BadInput, RecordedRun, dtype_of
+from .readers import DESCRIPTIVE_MODELS, BadInput, RecordedRun, dtype_of
 
 # Where each row comes from. The descriptive names are in InfiniTrain-Test's
 # baseline/pytorch/logs/202511_a800/result_pytorch.log (commit b09e9d3); the script that printed
@@ -30,7 +29,8 @@ _FLAGS = {
                                            "{script} --batch_size 10 --total_batch_size 5120` "
                                            f"is case 3; {_CONFIG} id 3 (nthread_per_process 8)"),
 }
-_MODELS = {"GPT-2": ("gpt2", "train_gpt2.py"), "LLaMA3_2": ("llama3", "train_llama3.2_1B.py")}
+_SCRIPTS = {"gpt2": "train_gpt2.py", "llama3": "train_llama3.2_1B.py"}
+_MODELS = {label: (model, _SCRIPTS[model]) for label, model in DESCRIPTIVE_MODELS.items()}
 
 
 @dataclass(frozen=True)
@@ -56,15 +56,6 @@ def _table() -> tuple[Mapping, ...]:
 
 DESCRIPTIVE: tuple[Mapping, ...] = _table()
 _BY_SECTION = {m.section: m for m in DESCRIPTIVE}
-
-
-def descriptive_model(name: str) -> str:
-    """The model a descriptive section name speaks of (`GPT-2 (...)` -> gpt2), else the name's
-    first word lower-cased."""
-    head = name.partition(" (")[0]
-    if head in _MODELS:
-        return _MODELS[head][0]
-    return re.sub(r"[^a-z0-9]", "", head.lower()) or "unknown"
 
 
 def read_pairing(path: str | Path) -> dict[str, tuple[str, str]]:

@@ -27,6 +27,9 @@ SECTION = re.compile(r"^Running:\s*(.+?)\s*$")
 ID_NAME = re.compile(r"^([a-z][a-z0-9.]*?)_([A-Za-z0-9][\w.]*)$")
 METADATA_KEYS = {"RUN_STARTED_AT": "run_started_at", "GIT_BRANCH": "git_branch",
                  "GIT_COMMIT": "git_commit", "CONFIG_FILE": "config_file"}
+# The model a descriptive PyTorch section speaks of (`GPT-2 (Single GPU, ...)`): InfiniTrain-Test's
+# train_gpt2.py and train_llama3.2_1B.py are InfiniTrain's gpt2 and llama3 examples.
+DESCRIPTIVE_MODELS = {"GPT-2": "gpt2", "LLaMA3_2": "llama3"}
 MEGATRON_NOTE = ("step 2 := 2*L2 - L1 (Megatron logs the mean of iterations 1-2 as "
                  "iteration 2)")
 
@@ -128,11 +131,16 @@ def _section_name(name: str) -> tuple[str, str, str] | None:
     return m.group(1), m.group(2), dtype_of(name)
 
 
+def descriptive_model(name: str) -> str:
+    """The model a descriptive section name speaks of (`GPT-2 (...)` -> gpt2), else the name's
+    first word, lower-cased and letters and digits only."""
+    head = name.partition(" (")[0]
+    return DESCRIPTIVE_MODELS.get(head) or re.sub(r"[^a-z0-9]", "", head.lower()) or "unknown"
+
+
 def read_pytorch(path: Path) -> Reading:
     """A PyTorch baseline log: one run per `Running:` section; a descriptive section name
     (`GPT-2 (Single GPU, default batch, fp32)`) keeps case None for pairing.py."""
-    from .pairing import descriptive_model
-
     runs, bad = [], []
     sections = _sections(path)
     if not sections:
@@ -243,8 +251,9 @@ def read_session(path: Path) -> Reading:
     try:
         records = read_results(path)
     except (OSError, ValueError) as e:
-        return Reading((), (BadInput(str(path), f"{path}: {e}; expected the harness's "
-                                                "results.jsonl records"),))
+        said = str(e) if str(path) in str(e) else f"{path}: {e}"
+        return Reading((), (BadInput(str(path), f"{said}; expected the harness's results.jsonl "
+                                                "records"),))
     runs, bad = [], []
     for i, record in enumerate(records, 1):
         name = record.get("name") or f"record {i}"

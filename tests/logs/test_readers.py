@@ -1,0 +1,158 @@
+"""harness/logs/readers.py: every reader on fixture lines copied from the real logs
+(tests/logs/fixtures/README.md), and every bad input as one line naming the file."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.results import new_record
+from harness.logs.readers import (
+    MEGATRON_NOTE,
+    kind_of,
+    read_megatron,
+    read_paths,
+    read_pytorch,
+    read_session,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GLOG = ("E20251127 07:51:43.145181 140071820840960 main.cc:325] step    {step}/10 | train loss "
+        "{loss} | lr 1.00e-04 | (73.62 ms | 3477 tok/s, DP=1, TP=1, SP=0, PP=1)\n")
+MEGATRON = (" [2026-09-24 01:27:06.472020] iteration        {step}/      10 | consumed samples:  "
+            "          4 | learning rate: 1.000000E-05 | lm loss: {loss} | loss scale: 1.0 |\n")
+
+
+def test_pytorch_id_sections():
+    runs = read_pytorch(FIXTURES / "pytorch_ids" / "result_pytorch.log")
+    assert not runs.bad
+    gpt2, llama3 = runs.runs
+    assert (gpt2.kind, gpt2.model, gpt2.case, gpt2.dtype) == ("pytorch", "gpt2", "1", "float32")
+    assert gpt2.steps == (1, 2, 3) and gpt2.losses == (5.356192, 5.060585, 4.860328)
+    assert gpt2.source.endswith("result_pytorch.log [gpt2_1 (fp32)]")
+    assert (llama3.model, llama3.case) == ("llama3", "1")
+
+
+@pytest.mark.parametrize("section, model, case, dtype", [
+    ("gpt2_1 (fp32)", "gpt2", "1", "float32"),
+    ("gpt2_1_bfloat16", "gpt2", "1_bfloat16", "bfloat16"),
+    ("gpt2_3 (fp32, 8 GPUs)", "gpt2", "3", "float32"),
+    ("llama3_3_bfloat16 (8 GPUs)", "llama3", "3_bfloat16", "bfloat16"),
+])
+def test_pytorch_section_names(tmp_path, section, model, case, dtype):
+    log = tmp_path / "result_pytorch.log"
+    log.write_text(f"Running: {section}\nstep    1/10 | train loss 5.356192 | norm -1.0000\n")
+    (run,) = read_pytorch(log).runs
+    assert (run.model, run.case, run.dtype) == (model, case, dtype)
+
+
+def test_pytorch_descriptive_sections_keep_no_case():
+    runs = read_pytorch(FIXTURES / "pytorch_descriptive" / "result_pytorch.log").runs
+    assert [(r.model, r.case, r.section) for r in runs] == [
+        ("gpt2", None, "GPT-2 (Single GPU, default batch, fp32)"),
+        ("llama3", None, "LLaMA3_2 (Single GPU, default batch, fp32)")]
+
+
+def test_megatron_step_2_is_corrected():
+    # planted bug: fails if the step-2 correction is removed (4.493197 is the mean of 1-2)
+    (run,) = read_megatron(FIXTURES / "megatron" / "result_megatron_training_llama3.log").runs
+    assert (run.kind, run.model, run.case, run.dtype) == ("megatron", "llama3", "1", "float32")
+    assert run.losses[0] == 4.899450 and run.losses[2] == 3.874061
+    assert run.losses[1] == pytest.approx(2 * 4.493197 - 4.899450)
+    assert run.note == MEGATRON_NOTE
+
+
+def test_megatron_without_iteration_1_is_a_bad_input(tmp_path):
+    log = tmp_path / "result_megatron_training_llama3.log"
+    log.write_text("Running: llama3_1 (float32)\n" + MEGATRON.format(step=2, loss="4.493197E+00")
+                   + MEGATRON.format(step=3, loss="3.874061E+00"))
+    reading = read_megatron(log)
+    assert not reading.runs
+    (bad,) = reading.bad
+    assert str(log) in bad.message and "no iteration 1" in bad.message
+    assert (bad.model, bad.case) == ("llama3", "1")
+
+
+def test_infinitrain_flat_folder_with_glog_prefixes():
+    reading = read_paths([FIXTURES / "run"])
+    assert not reading.bad
+    gpt2, llama3 = sorted(reading.runs, key=lambda r: r.model)
+    assert (gpt2.kind, gpt2.model, gpt2.case, gpt2.tag) == ("infinitrain", "gpt2", "1", None)
+    assert gpt2.losses == (5.356189, 5.060790, 4.860480)
+    assert llama3.losses == (4.899448, 4.086943, 3.874064)
+
+
+def test_infinitrain_tagged_folder_with_metadata():
+    (run,) = read_paths([FIXTURES / "tagged"]).runs
+    assert (run.model, run.case, run.tag) == ("gpt2", "1", "basic")
+    assert run.meta["git_commit"] == "e7d57db" and run.meta["git_branch"] == "master"
+    assert run.meta["run_started_at"] == "2025-11-27 07:50:00"
+    assert run.meta["config_file"] == "scripts/test_config.json"
+
+
+def test_infinitrain_case_and_dtype_from_the_file_name(tmp_path):
+    log = tmp_path / "logs" / "gpt2_1_bfloat16.log"
+    log.parent.mkdir()
+    log.write_text(GLOG.format(step=1, loss="5.336104"))
+    (run,) = read_paths([tmp_path]).runs
+    assert (run.model, run.case, run.dtype) == ("gpt2", "1_bfloat16", "bfloat16")
+
+
+def _session(tmp_path, **fields):
+    record = new_record(**{"name": "basic/gpt2/1", "model": "gpt2", "case_id": "1",
+                           "tag": "basic", "losses": [5.356189, 5.06079], "steps": [1, 2],
+                           "flags": {"dtype": "float32"}, "status": "passed", **fields})
+    (tmp_path / "results.jsonl").write_text(json.dumps(record) + "\n")
+    return tmp_path / "results.jsonl"
+
+
+def test_harness_session_folder(tmp_path):
+    (run,) = read_session(_session(tmp_path)).runs
+    assert (run.kind, run.model, run.case, run.tag, run.dtype) == (
+        "harness", "gpt2", "1", "basic", "float32")
+    assert run.steps == (1, 2) and run.losses == (5.356189, 5.06079)
+    assert "basic/gpt2/1" in run.source
+
+
+def test_harness_session_without_losses_is_a_bad_input(tmp_path):
+    reading = read_session(_session(tmp_path, losses=None, steps=None, status="error"))
+    (bad,) = reading.bad
+    assert "results.jsonl [basic/gpt2/1]: no losses" in bad.message
+
+
+def test_harness_session_unreadable_is_a_bad_input(tmp_path):
+    (tmp_path / "results.jsonl").write_text("{not json\n")
+    (bad,) = read_paths([tmp_path]).bad
+    assert "results.jsonl" in bad.message and "expected" in bad.message
+
+
+@pytest.mark.parametrize("lines, expected", [
+    ("[COMMAND] ./gpt2 --dtype float32\n", "no `step N/M | train loss X` lines"),
+    (GLOG.format(step=1, loss="5.3") + GLOG.format(step=1, loss="5.3"), "step 1 appears twice"),
+])
+def test_infinitrain_bad_logs(tmp_path, lines, expected):
+    log = tmp_path / "gpt2_1.log"
+    log.write_text(lines)
+    reading = read_paths([tmp_path])
+    assert not reading.runs
+    (bad,) = reading.bad
+    assert bad.message.startswith(str(log)) and expected in bad.message
+    assert (bad.model, bad.case) == ("gpt2", "1")
+
+
+def test_a_nan_loss_is_read_as_nan(tmp_path):
+    (tmp_path / "gpt2_1.log").write_text(GLOG.format(step=1, loss="nan"))
+    (run,) = read_paths([tmp_path]).runs
+    assert run.losses[0] != run.losses[0]
+
+
+def test_kinds_and_a_missing_path(tmp_path):
+    assert kind_of(Path("result_pytorch_with_lora.log")) == "pytorch"
+    assert kind_of(Path("result_megatron_training_gpt2.log")) == "megatron"
+    assert kind_of(Path("llama3_1_bfloat16.log")) == "infinitrain"
+    assert kind_of(Path("run_metadata.log")) is None
+    assert kind_of(Path("results.jsonl")) == "harness"
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        read_paths([tmp_path / "nowhere"])
+    (bad,) = read_paths([tmp_path]).bad
+    assert str(tmp_path) in bad.message and "no recorded run" in bad.message
