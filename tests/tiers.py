@@ -188,6 +188,7 @@ TESTS: dict[str, str] = {
     "tests/reliability/test_fuzz_trainer_flags.py::test_fuzzed_flags_through_a_real_run": TORCHRUN,
     "tests/reliability/test_security.py::test_hostile_values_arrive_verbatim_as_one_argv_item": SUBPROCESS,
     "tests/logs/test_cli.py::test_module_entry_point": SUBPROCESS,
+    "tests/logs/test_cli.py::test_the_modules_are_torch_free": SUBPROCESS,
     "tests/report/test_cli.py::test_module_entry_point": SUBPROCESS,
     "tests/report/test_location.py::test_harness_output_wins_and_is_read_by_a_subprocess_elsewhere": SUBPROCESS,
     "tests/report/test_workflow.py::test_every_run_block_is_valid_bash": SUBPROCESS,

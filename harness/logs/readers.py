@@ -304,7 +304,8 @@ READERS = {"pytorch": read_pytorch, "megatron": read_megatron, "infinitrain": re
 
 def read_paths(paths: Iterable[str | Path]) -> Reading:
     """Every recorded run under the paths (files, or folders searched recursively for any
-    mix of kinds). A path that is not there is a FileNotFoundError."""
+    mix of kinds). A path that is not there, or holds no recorded run, is a
+    FileNotFoundError."""
     reading = Reading((), ())
     for given in paths:
         path = Path(given)
@@ -324,8 +325,7 @@ def read_paths(paths: Iterable[str | Path]) -> Reading:
                 reading = reading + Reading((), (BadInput(str(file), f"{file}: unreadable "
                                                           f"({e}); expected a {kind} log"),))
         if not found:
-            reading = reading + Reading((), (BadInput(str(path), f"{path}: no recorded run "
-                                                      "(result_pytorch*.log, result_megatron_"
-                                                      "training_*.log, <model>_<case>.log, "
-                                                      "results.jsonl); expected at least one"),))
+            raise FileNotFoundError(f"{path}: no recorded run; expected at least one of "
+                                    "result_pytorch*.log, result_megatron_training_<model>.log, "
+                                    "<model>_<case>.log, results.jsonl")
     return reading

@@ -65,8 +65,28 @@ def test_a_bad_input_is_one_line_and_its_case_stays(tmp_path, capsys):
     assert "NO PARTNER" not in out.out  # the baseline of a bad subject is not unpartnered
 
 
+def test_a_nan_loss_is_a_bad_input_naming_the_file(tmp_path, capsys):
+    log = tmp_path / "llama3_1.log"
+    text = (RUN / "llama3_1.log").read_text().replace("train loss 4.086943", "train loss nan")
+    log.write_text(text)
+    code, out = _main(capsys, MEGATRON, log, "-o", tmp_path / "r.md")
+    assert code == 1
+    assert (f"BAD INPUT llama3/1 float32: subject {log} against baseline {MEGATRON}"
+            in out.out)
+    assert "the run loss at step 2 is nan; expected a finite loss" in out.out
+
+
+def test_the_modules_are_torch_free():
+    code = ("import sys, harness.logs, harness.logs.cli, harness.compare.baseline\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.parametrize("argv", [
     ["/nowhere/at/all", str(RUN)],
+    [str(FIXTURES / "README.md"), str(RUN)],
     [str(MEGATRON)],
     [str(MEGATRON), str(RUN), "--pairing", "/nowhere/pairing.json"],
 ])

@@ -154,5 +154,16 @@ def test_kinds_and_a_missing_path(tmp_path):
     assert kind_of(Path("results.jsonl")) == "harness"
     with pytest.raises(FileNotFoundError, match="nowhere"):
         read_paths([tmp_path / "nowhere"])
-    (bad,) = read_paths([tmp_path]).bad
-    assert str(tmp_path) in bad.message and "no recorded run" in bad.message
+    (tmp_path / "notes.txt").write_text("step    1/10 | train loss 5.0\n")
+    with pytest.raises(FileNotFoundError, match="no recorded run"):
+        read_paths([tmp_path])
+
+
+def test_a_file_name_pairing_renames_an_infinitrain_log(tmp_path):
+    from harness.logs.pairing import resolve
+
+    (tmp_path / "gpt2_default.log").write_text(GLOG.format(step=1, loss="5.356189"))
+    (run,) = read_paths([tmp_path]).runs
+    assert (run.model, run.case) == ("gpt2", "default")
+    paired = resolve(run, {"gpt2_default.log": ("gpt2", "1")})
+    assert (paired.model, paired.case, paired.meta["paired_by"]) == ("gpt2", "1", "--pairing")
