@@ -41,11 +41,12 @@ from .backends import (
     parse_step_lines,
     run_command,
 )
-from .binary_facts import BinaryFacts, BinaryFactsError, learn_binary
+from .binary_facts import BinaryFacts, BinaryFactsError, Identity, identify, learn_binary
 from .process import ProcessResult
 
 LAUNCH_MODES = ("threads", "infini_run")
 _LAUNCHER_PATHS = ("infini_run", "tools/infini_run/infini_run")
+_MODELS = ("gpt2", "llama3")  # the binaries a build folder holds
 _LIBRARY = re.compile(r"\.so(\.\d+)*$|\.a$")
 # glog's line prefix: severity, date, time, thread id, file:line]
 _GLOG_PREFIX = re.compile(r"^[IWEF](?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] ", re.M)
@@ -83,6 +84,7 @@ class InfiniTrainBackend:
         self.launch_mode = launch
         self.env = dict(env or {})
         self._version: str | None = None
+        self._identity: dict[str, Identity] | None = None
         # Where each binary's facts are kept (beside the reference cache); None: asked per
         # process (tests that build no cache).
         self.facts_dir = Path(facts_dir) if facts_dir is not None else None
@@ -118,9 +120,21 @@ class InfiniTrainBackend:
                                f"{', '.join(_LAUNCHER_PATHS)}); build it or use "
                                f"--infinitrain-launch threads")
 
+    def _identities(self) -> dict[str, Identity]:
+        """What each model's binary runs (binary_facts.identify: a wrapper script followed to
+        what it execs), once per backend."""
+        if self._identity is None:
+            self._identity = {model: identify(self.build_dir / model) for model in _MODELS
+                              if (self.build_dir / model).is_file()}
+        return self._identity
+
+    def identities(self) -> dict[str, str]:
+        """model -> how its binary was identified (`elf`, `script -> /path`, ...)."""
+        return {model: identity.identified for model, identity in self._identities().items()}
+
     def version(self) -> str:
-        """A content hash of the binaries and the build's libraries: a rebuild is a new
-        reference."""
+        """A content hash of the binaries, of what a wrapper script among them execs, and of
+        the build's libraries: a rebuild, behind a wrapper too, is a new reference."""
         if self._version is None:
             digest = hashlib.sha256()
             files = [self.build_dir / n for n in ("gpt2", "llama3", *_LAUNCHER_PATHS)]
@@ -132,6 +146,8 @@ class InfiniTrainBackend:
                     with open(path, "rb") as stream:
                         for block in iter(lambda: stream.read(1 << 20), b""):
                             digest.update(block)
+            for model, identity in sorted(self._identities().items()):  # what a wrapper execs
+                digest.update(f"{model}\0{identity.sha256}\0{identity.identified}\0".encode())
             self._version = f"infinitrain-{digest.hexdigest()[:16]}"
         return self._version
 

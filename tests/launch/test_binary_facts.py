@@ -1,5 +1,6 @@
 """A foreign binary's facts, learned from the binary (its --helpxml listing, its bytes), once per
-content hash, kept in a store every session and worker shares."""
+name and content (what actually runs: a wrapper script followed to what it execs), kept in a
+store every session and worker shares."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from harness.launch.binary_facts import (
     BinaryFactsError,
     content_hash,
+    entry_name,
+    identify,
     learn_binary,
     parse_helpxml,
 )
@@ -79,7 +82,7 @@ def test_facts_are_learned_once_per_content_and_shared_by_every_session(tmp_path
     again = learn_binary(binary, store)
     assert again == first
     assert (build / "asked.log").read_text().splitlines() == ["asked"]
-    entry = json.loads((store / f"{first.sha256}.json").read_text())
+    entry = json.loads((store / entry_name(binary, first.sha256)).read_text())
     assert entry["flags"] == sorted(first.flags) and entry["multi_rank"] is True
     # a rebuild (new content) is asked again, and a binary without the flag says so
     _binary(binary, LISTING.replace("dump_gradients", "save"))
@@ -92,7 +95,7 @@ def test_a_damaged_store_entry_is_asked_again_not_trusted(tmp_path):
     binary = _binary(tmp_path / "gpt2", LISTING)
     store = tmp_path / "binaries"
     facts = learn_binary(binary, store)
-    (store / f"{facts.sha256}.json").write_text("{not json")
+    (store / entry_name(binary, facts.sha256)).write_text("{not json")
     assert learn_binary(binary, store) == facts
     assert (tmp_path / "asked.log").read_text().splitlines() == ["asked", "asked"]
 
@@ -123,3 +126,95 @@ def test_a_binary_that_never_answers_is_ended_with_what_it_started(tmp_path, mon
     with pytest.raises(BinaryFactsError, match=r"--helpxml` did not answer within 1 s"):
         learn_binary(binary, tmp_path / "binaries")
     assert not alive(int(pid_file.read_text()))  # the binary's own child is ended too
+
+
+def _listing_by_name(path: Path) -> Path:
+    """One script that prints gpt2's listing as `gpt2` and a listing without dump_gradients
+    under any other name (a multi-call binary, a wrapper reading `basename $0`)."""
+    (path.parent / "gpt2.txt").write_text(LISTING)
+    (path.parent / "other.txt").write_text(LISTING.replace("dump_gradients", "save"))
+    path.write_text("#!/bin/sh\n"
+                    f"case $(basename $0) in gpt2) cat {path.parent / 'gpt2.txt'};; "
+                    f"*) cat {path.parent / 'other.txt'};; esac\n"
+                    "exit 1\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_one_file_under_two_names_gets_two_facts(tmp_path):
+    """Planted (issue 35): facts keyed by the content hash alone; `llama3`, the same file as
+    `gpt2`, then took gpt2's listing and its cases were launched with --dump_gradients."""
+    build = tmp_path / "build"
+    build.mkdir()
+    gpt2 = _listing_by_name(build / "gpt2")
+    llama3 = build / "llama3"
+    llama3.hardlink_to(gpt2)
+    store = tmp_path / "binaries"
+    assert learn_binary(gpt2, store).accepts("dump_gradients")
+    other = learn_binary(llama3, store)
+    assert not other.accepts("dump_gradients") and other.accepts("save")
+    assert len(list(store.glob("*.json"))) == 2
+
+
+def _elf(path: Path, payload: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x7fELF" + payload)
+    return path
+
+
+@pytest.mark.parametrize("exec_line", [
+    'exec {opt}/$(basename $0) "$@"',
+    'exec "{opt}/$(basename "$0")" "$@"',
+    'exec {opt}/${{0##*/}} "$@"',
+])
+def test_a_wrapper_is_known_by_the_elf_it_execs(tmp_path, exec_line):
+    """A cluster module's wrapper: its bytes never change when the binary behind it is
+    rebuilt, so what it execs is hashed, and how it was identified is said."""
+    opt = tmp_path / "opt" / "bin"
+    elf = _elf(opt / "gpt2", b"build 1 libnccl.so")
+    wrapper = tmp_path / "bin" / "gpt2"
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\n# a module wrapper\n" + exec_line.format(opt=opt) + "\n")
+    first = identify(wrapper)
+    assert first.identified == f"script -> {elf}"
+    assert first.multi_rank  # the ELF's CUDA libraries, not the script's
+    _elf(elf, b"build 2 libnccl.so")  # rebuilt behind the same wrapper
+    assert identify(wrapper).sha256 != first.sha256
+    assert identify(elf).identified == "elf"
+    assert identify(elf).sha256 == content_hash(elf)[0]
+
+
+def test_a_script_without_exec_is_known_by_its_own_bytes_and_says_so(tmp_path):
+    binary = _binary(tmp_path / "gpt2", LISTING)
+    identity = identify(binary)
+    assert identity.sha256 == content_hash(binary)[0]
+    assert identity.identified.startswith(f"script ({binary}: no exec line")
+
+
+def test_a_wrapper_whose_target_is_rebuilt_gives_a_new_version_and_facts(tmp_path):
+    """Planted (issue 35): the version and facts keyed by the wrapper's own bytes; a rebuild of
+    the binary behind it kept the old build's listing and reference key (false passes against
+    stale references). The second session's backend must have a new version."""
+    from harness.launch.infinitrain import InfiniTrainBackend
+
+    opt = tmp_path / "opt"
+    opt.mkdir()
+    build = tmp_path / "build"
+    build.mkdir()
+    for name in ("gpt2", "llama3"):
+        _listing_by_name(opt / name)
+        wrapper = build / name
+        wrapper.write_text(f'#!/bin/sh\nexec {opt}/$(basename $0) "$@"\n')
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    store = tmp_path / "binaries"
+    first = InfiniTrainBackend(build, facts_dir=store)
+    before = first.version()
+    assert first.facts("gpt2").identified.startswith(f"script -> {opt / 'gpt2'} (")
+    assert first.facts("gpt2").accepts("dump_gradients")
+    (opt / "gpt2.txt").write_text(LISTING.replace("dump_gradients", "save"))
+    real = opt / "gpt2"  # rebuilt: new bytes behind the same wrapper
+    real.write_text(real.read_text().replace("exit 1", "exit 1  # rebuilt"))
+    second = InfiniTrainBackend(build, facts_dir=store)
+    assert second.version() != before
+    assert not second.facts("gpt2").accepts("dump_gradients")  # asked again, not the old one
+    assert second.identities()["gpt2"].startswith(f"script -> {real} (")
