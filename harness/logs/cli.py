@@ -14,7 +14,7 @@ from typing import Sequence
 from harness.compare.baseline import BaselineVerdict, bad_pairing, judge_baseline, threshold_text
 
 from .pairing import read_pairing, resolve
-from .readers import BadInput, Reading, RecordedRun, read_paths
+from .readers import BadInput, Reading, RecordedRun, dtype_of, read_paths
 
 PASSED, FAILED, NO_PARTNER, BAD = "PASSED", "FAILED", "NO PARTNER", "BAD INPUT"
 
@@ -132,8 +132,6 @@ def pair(baseline: Reading, subject: Reading, pairing=None) -> list[Case]:
 
 
 def _dtype_of_case(case: str | None) -> str:
-    from .readers import dtype_of
-
     return dtype_of(case) if case else "?"
 
 

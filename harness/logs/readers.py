@@ -276,8 +276,8 @@ def read_session(path: Path) -> Reading:
             continue
         dtype = (record.get("flags") or {}).get("dtype") or dtype_of(case)
         runs.append(RecordedRun("harness", model, case, dtype, tuple(map(int, steps)),
-                                tuple(_float(str(x)) if x is None else float(x)
-                                      for x in losses), source, tag=tag,
+                                tuple(math.nan if x is None else float(x) for x in losses),
+                                source, tag=tag,
                                 meta={"file": str(path), "status": record.get("status"),
                                       "session": record.get("session")}))
     return Reading(tuple(runs), tuple(bad))
