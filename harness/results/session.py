@@ -35,8 +35,9 @@ HEADER_FIELDS = ("format", "session", "started_at", "finished_at", "config_path"
                  "git_dirty", "driver", "torch", "collected", "args", "trainer")
 # `trainer`: {"name": "harness" | "infinitrain" | "command", "version": the trainer's version
 # (InfiniTrain: its build's content hash, "infinitrain-3f2a..."), or null, "build_dir": its
-# build folder, or null, "device": "cpu" | "cuda"}.
-TRAINER_FIELDS = ("name", "version", "build_dir", "device")
+# build folder, or null, "device": "cpu" | "cuda", and for InfiniTrain "identified": model ->
+# how its binary was known (harness.launch.binary_facts.identify: "elf", "script -> /path")}.
+TRAINER_FIELDS = ("name", "version", "build_dir", "device", "identified")
 _TIMEOUT_S = 10.0
 
 
@@ -97,11 +98,16 @@ def new_header(session: str, started_at: str, config_path: str | os.PathLike | N
 
 
 def trainer_fact(name: str, version: str | None = None,
-                 build_dir: str | os.PathLike | None = None, device: str | None = None) -> dict:
-    """The header's `trainer`: {name, version, build_dir, device}, JSON-safe (paths as text)."""
-    return {"name": str(name), "version": str(version) if version is not None else None,
+                 build_dir: str | os.PathLike | None = None, device: str | None = None,
+                 identified: dict | None = None) -> dict:
+    """The header's `trainer`: {name, version, build_dir, device} and `identified` where the
+    backend says how it knew its binaries, JSON-safe (paths as text)."""
+    fact = {"name": str(name), "version": str(version) if version is not None else None,
             "build_dir": str(build_dir) if build_dir is not None else None,
             "device": str(device) if device is not None else None}
+    if identified:
+        fact["identified"] = {str(k): str(v) for k, v in identified.items()}
+    return fact
 
 
 def write_header(folder: str | os.PathLike, header: dict) -> Path:

@@ -69,12 +69,16 @@ def trainer_identity(config: HarnessConfig, device: str) -> dict:
     """The trainer under test as the session header and summary state it: its name, version
     (for InfiniTrain the build's content hash), build folder and device; never guessed."""
     spec = config.trainer
+    identified = None  # InfiniTrain: how each binary was known (elf, script -> /path)
     try:
-        version = make_backend(config).version()
+        backend = make_backend(config)
+        version = backend.version()
+        identified = backend.identities() if hasattr(backend, "identities") else None
     except (OSError, ValueError):
         version = None  # an unusable build: each case says why
     build = str(spec.build_dir.resolve()) if spec.build_dir is not None else None
-    return {"name": spec.backend, "version": version, "build_dir": build, "device": device}
+    return {"name": spec.backend, "version": version, "build_dir": build, "device": device,
+            **({"identified": identified} if identified else {})}
 
 
 class UnavailableBackend:

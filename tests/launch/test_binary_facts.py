@@ -218,3 +218,23 @@ def test_a_wrapper_whose_target_is_rebuilt_gives_a_new_version_and_facts(tmp_pat
     assert second.version() != before
     assert not second.facts("gpt2").accepts("dump_gradients")  # asked again, not the old one
     assert second.identities()["gpt2"].startswith(f"script -> {real} (")
+
+
+def test_the_session_header_names_what_each_wrapper_execs(tmp_path):
+    """The session header's trainer identity (case_runner.trainer_identity) carries the version
+    that covers a wrapper's target, and how each binary was identified."""
+    from harness.cases import load_config
+    from harness.runner.case_runner import trainer_identity
+
+    opt, build = tmp_path / "opt", tmp_path / "build"
+    build.mkdir()
+    elf = _elf(opt / "gpt2", b"build 1")
+    (build / "gpt2").write_text(f'#!/bin/sh\nexec {opt}/$(basename $0) "$@"\n')
+    (tmp_path / "cases.json").write_text(json.dumps({
+        "models": ["gpt2"], "trainer": {"backend": "infinitrain", "build": str(build)},
+        "test_groups": [{"tag": "t", "tests": [{"id": "one", "args": {}}]}]}))
+    identity = trainer_identity(load_config(tmp_path / "cases.json"), "cpu")
+    assert identity["identified"] == {"gpt2": f"script -> {elf}"}
+    _elf(elf, b"build 2")
+    assert trainer_identity(load_config(tmp_path / "cases.json"), "cpu")["version"] \
+        != identity["version"]

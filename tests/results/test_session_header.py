@@ -42,3 +42,11 @@ def test_trainer_is_written_and_read_back(tmp_path):
 def test_an_unknown_trainer_key_is_refused(tmp_path):
     with pytest.raises(TypeError, match="flavour"):
         _header(tmp_path, trainer={"name": "infinitrain", "flavour": "x"})
+
+
+def test_how_the_binaries_were_identified_is_written_when_the_backend_says(tmp_path):
+    """The trainer identity a wrapper script gets: what it execs (issue 35)."""
+    identified = {"gpt2": "script -> /opt/infinitrain/bin/gpt2", "llama3": "elf"}
+    header = _header(tmp_path, trainer={**TRAINER, "identified": identified})
+    write_header(tmp_path, header)
+    assert read_header(tmp_path)["trainer"]["identified"] == identified
