@@ -81,6 +81,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "all (K >= 3) and the worst scale-free errors of the repeats and of "
                          "the passing cases go to <reference cache>/calibration/, whose "
                          "thresholds later sessions use (docs/harness_guide.md, Calibration)")
+    group.addoption("--harness-baseline", default=None, metavar="pytorch|DIR",
+                    help="also check every case of a foreign trainer against an independent "
+                         "implementation: `pytorch` runs the bundled PyTorch trainer with the "
+                         "trainer's semantics (one device, cached like references); DIR reads "
+                         "recorded logs (PyTorch, Megatron, InfiniTrain run folders, harness "
+                         "sessions). Kept apart from the self-check in every record")
     group.addoption("--harness-reference-cache-max-gb", type=float, default=20.0, metavar="GB",
                     help="bound on the reference cache; least recently used entries are "
                          "evicted at session end (default 20; 0: no bound)")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.baseline.semantics import BaselineUnmatched
 from harness.spec.flags import flag_argv
 from harness.spec.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR, first_failed_rank
 from harness.spec.records import read_json, read_jsonl
@@ -87,6 +88,11 @@ class TrainerBackend(Protocol):
     def first_step(self, flags: dict) -> int:
         """The first step a run of these flags prints (a resumed run starts later)."""
 
+    def baseline_flags(self, model: str, flags: dict) -> dict:
+        """The bundled PyTorch trainer's flags that compute what this trainer computes for
+        these case flags, on one device (the live baseline, harness.baseline); raises
+        harness.baseline.semantics.BaselineUnmatched with the reason where none can."""
+
     def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
         """Run it on this machine (harness.launch.placement sends several nodes and Slurm
         elsewhere)."""
@@ -142,6 +148,11 @@ class WholeGradientsFromStart:
 
     def first_step(self, flags: dict) -> int:
         return 1
+
+    def baseline_flags(self, model: str, flags: dict) -> dict:
+        raise BaselineUnmatched(f"the {self.name} trainer has no recorded semantics to run the "
+                                f"bundled PyTorch trainer with (InfiniTrain's binaries have: "
+                                f"harness.baseline.semantics)")
 
 
 def logged_text(result: ProcessResult, logs: list[Path]) -> str:

@@ -31,6 +31,7 @@ import hashlib
 import re
 from pathlib import Path
 
+from harness.baseline.semantics import baseline_flags
 from harness.spec.flags import FLAG_TABLE, flag_argv, resumed_first_step
 
 from .backends import (
@@ -194,6 +195,11 @@ class InfiniTrainBackend:
     def first_step(self, args: dict) -> int:
         """The first step a run prints: 1, or the resumed checkpoint's step + 1."""
         return resumed_first_step(args.get("load"))
+
+    def baseline_flags(self, model: str, args: dict) -> dict:
+        """The PyTorch baseline's flags: InfiniTrain's semantics (harness.baseline.semantics),
+        with the defaults this build's own --helpxml listing gives."""
+        return baseline_flags(model, args, self.facts(model).default)
 
     def expected_steps(self, args: dict) -> list[int]:
         last = int(args.get("num_iteration", DEFAULT_NUM_ITERATION))

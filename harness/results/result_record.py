@@ -153,6 +153,21 @@ class ResultRecord:
     step_times_ms: list | None = doc("every step after the first, in ms (the report's "
                                      "throughput spread); null in older records")
     reference: Reference | None = doc("the cached reference used")
+    self_check: str | None = doc(
+        "the self-check's verdict alone (`passed` / `failed`; null where the case was not "
+        "judged): the run against the same trainer's single-device reference, \"did "
+        "parallelism change the numbers?\". `status` is `failed` when it or the baseline "
+        "check failed")
+    baseline: dict | None = doc(
+        "the baseline check, kept apart from the self-check (\"is the trainer right at "
+        "all?\"), null when the session asked for none (`--harness-baseline`): `{source, "
+        "status, reason, first_diverging_step, max_abs_diff, loss, losses, steps, note, run}`; "
+        "`source` is `pytorch (live)` (the bundled trainer run with the subject's semantics, "
+        "harness.baseline) or the recorded log it was read from; `status` `passed`, `failed`, "
+        "`skipped` (with the reason: no counterpart, not run) or `error`; `loss` the "
+        "per-step comparison (harness.compare.baseline); `losses` / `steps` the baseline's; "
+        "`note` e.g. a Megatron log's corrected step 2; `run` the live run's cache key, "
+        "folder, whether this session built it, its command and flags")
     calibration: dict | None = doc(
         "which scale-free thresholds the case was judged with (docs/harness_guide.md, "
         "Calibration): `{file, gradients_noise, loss_noise, thresholds: {loss, gradients}, "

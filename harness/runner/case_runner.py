@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from harness.baseline.live import PYTORCH, BaselineCheck, LiveBaseline
+from harness.baseline.recorded import recorded_check
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator
 from harness.compare.case_verdict import CaseVerdict, UpdatesRequest, judge
@@ -94,6 +96,7 @@ class UnavailableBackend:
         raise BackendUnavailable(self.problem)
 
     version = unsupported = gradients_unavailable = gradient_shards = first_step = \
+        baseline_flags = \
         launch = command = environment = collect = rank_logs = failing_rank = \
         working_dir = _unavailable
 
@@ -151,6 +154,7 @@ class CaseRunner:
         self.progress: Callable[[str], None] | None = None
         self._files: dict[str, tuple[Path, Path]] = {}
         self.calibrations: dict = {}  # dtype -> its CalibrationLookup (harness.runner.calibrate)
+        self._live: LiveBaseline | None = None  # the PyTorch baseline, made on first use
 
     # ------------------------------------------------------------------ inputs
 
@@ -277,11 +281,18 @@ class CaseRunner:
         launched = self.launch_case(planned, record, timings)
         collected = self.collect_case(planned, launched, record)
         if collected.failure is not None:
+            if self.settings.baseline:
+                record.baseline = BaselineCheck(
+                    self.settings.baseline, "skipped",
+                    reason="not run: the case's own run failed").record()
+            record.self_check = "failed"
             return Outcome("failed", collected.failure)
         t = time.time()
         verdict = self.judge_case(planned, collected, reference, record)
+        record.self_check = "passed" if verdict.ok else "failed"
+        baseline = self.baseline_case(planned, collected, record)
         timings.compare_s = time.time() - t
-        return self.settle(planned, launched, reference, verdict, record)
+        return self.settle(planned, launched, reference, verdict, record, baseline)
 
     def plan(self, case: Case, record: ResultRecord) -> "CasePlan | Outcome":
         """What the case will run, or why it will not: skip reasons, the model files, the
@@ -399,8 +410,35 @@ class CaseRunner:
         record.gradients = judged.get("gradients", record.gradients)  # or why none were compared
         return verdict
 
+    def baseline_case(self, planned: "CasePlan", collected: "Collected",
+                      record: ResultRecord) -> BaselineCheck | None:
+        """The baseline check (harness.baseline), kept apart from the self-check: against the
+        bundled PyTorch trainer run live with the subject's semantics, or a recorded log."""
+        given = self.settings.baseline
+        if not given:
+            return None
+        case = planned.case
+        if not self.foreign:
+            check = BaselineCheck(given, "skipped", reason="the bundled trainer is the PyTorch "
+                                  "baseline itself; a baseline checks a foreign trainer")
+        elif given == PYTORCH:
+            if self._live is None:
+                self._live = LiveBaseline(
+                    self.settings, self.leases,
+                    lambda backend, spec: launch_run(backend, spec, self.settings),
+                    self.progress)
+            check = self._live.check(self.backend, case.model, case.name, case.args,
+                                     collected.outputs.steps, planned.checkpoint,
+                                     planned.input_bin, self.first_step(planned.flags))
+        else:
+            check = recorded_check(Path(given), case, collected.outputs.steps,
+                                   self.first_step(planned.flags))
+        record.baseline = check.record()
+        return check
+
     def settle(self, planned: "CasePlan", launched: "Launched", reference,
-               verdict: CaseVerdict, record: ResultRecord) -> Outcome:
+               verdict: CaseVerdict, record: ResultRecord,
+               baseline: BaselineCheck | None = None) -> Outcome:
         """Calibration measurements, the dumps kept or removed, the outcome."""
         case, spec = planned.case, launched.spec
         calibration_error = None
@@ -416,9 +454,17 @@ class CaseRunner:
         record.disk_bytes = folder_bytes(spec.output_dir)
         if calibration_error is not None:
             return Outcome("error", f"{case.name}: {calibration_error}")
-        if verdict.ok:
+        baseline_failed = baseline is not None and baseline.status in ("failed", "error")
+        if verdict.ok and not baseline_failed:
             return Outcome("passed", "")
-        return Outcome("failed", mismatch_text(case, verdict.lines(), spec.output_dir,
+        # Both verdicts are said, each under its name: a parallelism bug (self-check red) and
+        # an implementation bug (baseline red, self-check green) read apart.
+        lines = ([] if verdict.ok else ["self-check (against its own single-device run): "
+                                        "failed", *verdict.lines()])
+        if baseline_failed:
+            lines = ([] if not verdict.ok else ["self-check (against its own single-device "
+                                                "run): passed"]) + lines + baseline.lines()
+        return Outcome("failed", mismatch_text(case, lines, spec.output_dir,
                                                reference.path, launched.result.argv))
 
     # ------------------------------------------------------------------ pieces

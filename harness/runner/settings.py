@@ -52,6 +52,10 @@ class Settings:
     # --harness-calibrate K: each reference key is run K - 1 more times and this machine's
     # noise written beside the reference cache (harness.runner.calibrate); 0: no calibration.
     calibrate_repeats: int = _option("--harness-calibrate", 0)
+    # --harness-baseline: `pytorch` (the bundled trainer with the subject's semantics, live,
+    # harness.baseline.live) or a folder of recorded logs (harness.logs); None: no baseline
+    # check, which the summary says.
+    baseline: str | None = _option("--harness-baseline")
 
     @classmethod
     def options(cls) -> dict[str, str]:

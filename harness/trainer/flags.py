@@ -42,6 +42,7 @@ class TrainerFlags:
     learning_rate: float = 1e-4
     weight_decay: float = 0.0
     optimizer: str = "sgd"
+    adam_beta2: float = 0.95
     seed: int = 42
     tensor_parallel: int = 1
     sequence_parallel: bool = False

@@ -96,11 +96,11 @@ def _build_optimizer(flags: TrainerFlags, parameters):
 
     if flags.optimizer == "sgd":
         return torch.optim.SGD(parameters, lr=flags.learning_rate)
-    # llm.c's AdamW settings.
+    # llm.c's AdamW settings (beta2 0.95 unless --adam_beta2 says otherwise).
     return torch.optim.AdamW(
         parameters,
         lr=flags.learning_rate,
-        betas=(0.9, 0.95),
+        betas=(0.9, flags.adam_beta2),
         eps=1e-8,
         weight_decay=flags.weight_decay,
     )
