@@ -60,6 +60,15 @@ def test_k_below_3_is_a_usage_error(tmp_path):
     assert "a calibration needs K >= 3 repeats to estimate anything; got 2" in run.stderr
 
 
+def _failed(records: dict) -> str:
+    """The session's records that did not pass, each with its reason and errors: what a flaky
+    failure (issue 35: `fake/gpt2/ok2` failed once in a calibration session in CI) leaves to
+    read once its temporary folder is gone."""
+    return "\n".join(f"{name}: {r['status']}: {r.get('reason')}\n" + "\n".join(
+        str(e) for e in r.get("errors") or []) for name, r in sorted(records.items())
+        if r["status"] != "passed") or "every record passed"
+
+
 def test_calibrate_under_xdist_then_the_next_session_uses_it(tmp_path):
     where = folder(tmp_path, [{"id": "ok", "args": PP2}, {"id": "ok2", "args": PP2},
                               {"id": "bad-grad", "args": PP2},
@@ -69,7 +78,7 @@ def test_calibrate_under_xdist_then_the_next_session_uses_it(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr  # bad-grad fails, as without it
     assert {n: r["status"] for n, r in records.items()} == {
         "fake/gpt2/ok": "passed", "fake/gpt2/ok2": "passed", "fake/gpt2/bad-grad": "failed",
-        "fake/gpt2/bf": "passed"}
+        "fake/gpt2/bf": "passed"}, _failed(records)
     assert {r["worker"] for r in records.values()} == {"gw0", "gw1"}
     # A calibration session judges with the defaults, and its record says so.
     assert records["fake/gpt2/ok"]["calibration"] == {
@@ -108,7 +117,7 @@ def test_calibrate_under_xdist_then_the_next_session_uses_it(tmp_path):
     expected = {"loss": max(F32.loss, data["loss_noise"] * MARGIN),
                 "gradients": max(F32.gradients, data["gradients_noise"] * MARGIN)}
     assert expected["gradients"] > F32.gradients  # this noise loosened the default
-    assert ok["status"] == "passed"
+    assert ok["status"] == "passed", _failed(records)
     assert ok["calibration"] == {"file": str(path), "gradients_noise": data["gradients_noise"],
                                  "loss_noise": data["loss_noise"], "thresholds": expected,
                                  "problem": None, "fp64_ratio": None}
