@@ -408,6 +408,12 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(f"  {tag} / {model}: {text}")
     for line in config.stash[_SETTINGS]["calibration"]:
         terminalreporter.write_line(line)
+    from harness.baseline.summary import baseline_summary
+    from harness.spec.records import read_jsonl
+
+    baseline = baseline_summary([r for r in read_jsonl(results) if isinstance(r, dict)])
+    if baseline:
+        terminalreporter.write_line(baseline)
     terminalreporter.write_line(
         f"report: python -m harness.report {shlex.quote(str(session_dir.resolve()))}")
 

@@ -50,6 +50,8 @@ Environment variables:
 - ``STANDIN_CPU_BF16_BROKEN=1``: bf16 on a CPU device breaks as InfiniTrain's does (llama3:
   SIGSEGV in the first forward; gpt2: ``train loss -nan`` lines and a SIGSEGV at a varying step).
   Off by default: bf16 works on the stand-in.
+- ``STANDIN_NORM_EPS=e``: the final norm's epsilon (default 1e-5): a kernel-level plant that
+  every configuration shares (tests/baseline: the baseline check sees it, the self-check not).
 - ``STANDIN_NO_STEP_LINES=1``: train, print no step line.
 - ``STANDIN_SLEEP=seconds``: sleep before training.
 """

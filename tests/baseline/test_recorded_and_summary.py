@@ -1,0 +1,78 @@
+"""The recorded baseline's pairing with a case (harness.baseline.recorded) and the summary line
+(harness.baseline.summary), in process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.baseline.recorded import recorded_check
+from harness.baseline.summary import NONE_CHECKED, baseline_summary
+
+
+@dataclass
+class FakeCase:
+    model: str = "gpt2"
+    case_id: str = "1"
+    tag: str = "basic"
+    args: dict = field(default_factory=lambda: {"dtype": "float32"})
+
+
+LINE = "step {:4d}/3 | train loss {:.6f} | lr 1.00e-04 | (1.0 ms | 1 tok/s | peak used: 0 MB)\n"
+
+
+def run_folder(tmp_path, name, losses, file="gpt2_1.log"):
+    folder = tmp_path / name / "logs"
+    folder.mkdir(parents=True)
+    (folder / file).write_text("".join(LINE.format(i + 1, x) for i, x in enumerate(losses)))
+    return tmp_path / name
+
+
+def steps(losses):
+    return [{"step": i + 1, "loss": x, "loss_resolution": 1e-6} for i, x in enumerate(losses)]
+
+
+def test_a_recorded_run_of_the_case_is_judged_step_by_step(tmp_path):
+    base = run_folder(tmp_path, "b", [5.0, 4.9, 4.8])
+    ok = recorded_check(base, FakeCase(), steps([5.0, 4.9, 4.8000001]), 1)
+    assert ok.status == "passed", ok
+    bad = recorded_check(base, FakeCase(), steps([5.0, 4.95, 4.8]), 1)
+    assert (bad.status, bad.verdict.first_diverging_step) == ("failed", 2)
+
+
+def test_no_partner_is_a_skip_naming_the_case_and_folder(tmp_path):
+    base = run_folder(tmp_path, "b", [5.0], file="llama3_1.log")
+    got = recorded_check(base, FakeCase(), steps([5.0]), 1)
+    assert got.status == "skipped" and "gpt2/1" in got.reason and str(base) in got.reason
+
+
+def test_two_logs_for_one_case_are_an_error_naming_both(tmp_path):
+    base = run_folder(tmp_path, "b", [5.0])
+    (base / "again" / "logs").mkdir(parents=True)
+    (base / "again" / "logs" / "gpt2_1.log").write_text(LINE.format(1, 5.0))
+    got = recorded_check(base, FakeCase(), steps([5.0]), 1)
+    assert got.status == "error" and got.reason.count("gpt2_1.log") >= 2, got.reason
+
+
+def test_a_baseline_of_another_dtype_fails_saying_so(tmp_path):
+    base = run_folder(tmp_path, "b", [5.0], file="gpt2_1_bfloat16.log")
+    case = FakeCase(case_id="1_bfloat16", args={"dtype": "float32"})
+    got = recorded_check(base, case, steps([5.0]), 1)
+    assert got.status == "failed" and "bfloat16 baseline for a float32 case" in got.reason
+
+
+def test_a_resumed_run_is_compared_from_its_first_step(tmp_path):
+    base = run_folder(tmp_path, "b", [5.0, 4.9, 4.8])
+    got = recorded_check(base, FakeCase(), steps([5.0, 4.9, 4.8])[2:], 3)
+    assert got.status == "passed" and got.steps == (3,)
+
+
+def test_the_summary_says_when_no_baseline_was_checked_for_a_foreign_trainer():
+    assert baseline_summary([{"trainer": "infinitrain", "baseline": None}]) == NONE_CHECKED
+    assert baseline_summary([{"trainer": "harness", "baseline": None}]) is None
+    line = baseline_summary([
+        {"name": "basic/gpt2/1", "baseline": {"source": "pytorch (live)", "status": "failed",
+                                              "first_diverging_step": 2}},
+        {"name": "lora/gpt2/1_lora", "baseline": {"source": "pytorch (live)",
+                                                  "status": "skipped"}}])
+    assert line == ("baseline (pytorch (live)): 1 failed, 1 skipped; first diverging: "
+                    "basic/gpt2/1 at step 2")
