@@ -14,8 +14,9 @@ What this backend knows about them (see docs/infinitrain.md, checked in InfiniTr
   (GLOG_log_dir). A fatal line (`F...`) is a crash; so is exit 0 with steps missing, since
   infini_run exits 0 whatever its children do.
 - What a binary can do is learned from the binary before anything launches (its `--helpxml`
-  flag listing and whether it is a CUDA build; harness.launch.binary_facts), once per content
-  hash, kept beside the reference cache: every session and worker decides the same way.
+  flag listing and whether it is a CUDA build; harness.launch.binary_facts), once per name and
+  what runs (a wrapper script followed to what it execs), kept beside the reference cache:
+  every session and worker decides the same way.
   `--dump_gradients` exists only where InfiniTrain's #209 added it (GPT-2); a binary without
   it is compared on loss only, said so. A case flag the binary does not list, or a multi-rank
   case on a build without CUDA, is skipped with that reason.
@@ -103,7 +104,7 @@ class InfiniTrainBackend:
 
     def facts(self, model: str) -> BinaryFacts:
         """What the model's binary can do (its flag listing, CUDA or not), learned from the
-        binary once per content hash."""
+        binary once per name and what it runs (a wrapper followed to what it execs)."""
         if model not in self._facts:
             binary = self.binary(model)
             store = self.facts_dir or (self.build_dir / ".harness-binary-facts")
