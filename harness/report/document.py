@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import markdown, plots
+from . import baseline, markdown, plots
 from .case_view import CaseView, view
 from .reading import Session
 from .session_diff import compare
@@ -39,6 +39,7 @@ def build(session: Session, path: Path, previous: Session | None = None,
         old = [view(r) for r in previous.records]
         lines += comparison_section(compare(old, views, previous.label, session.label,
                                             previous.header, session.header))
+    lines += baseline.section(session.records)
     lines += markdown.failures(views, grad_links)
     lines += markdown.cases_table(views)
     lines += markdown.throughput(layout_groups(views))

@@ -76,3 +76,18 @@ def test_the_summary_says_when_no_baseline_was_checked_for_a_foreign_trainer():
                                                   "status": "skipped"}}])
     assert line == ("baseline (pytorch (live)): 1 failed, 1 skipped; first diverging: "
                     "basic/gpt2/1 at step 2")
+
+
+def test_the_report_shows_both_verdicts_and_the_divergence_step_by_step():
+    from harness.report.baseline import section
+
+    loss = {"steps": [1, 2], "diffs": [3e-6, 4e-4], "worst_step": 2, "max_abs_diff": 4e-4,
+            "threshold": "relative 1e-05"}
+    lines = section([{"name": "basic/gpt2/1", "trainer": "infinitrain", "self_check": "passed",
+                      "baseline": {"source": "pytorch (live)", "status": "failed",
+                                   "first_diverging_step": 2, "loss": loss,
+                                   "reason": "first diverging step 2"}}])
+    text = "\n".join(lines)
+    assert "| `basic/gpt2/1` | passed | failed | pytorch (live) | 2 | 0.0004 (2) |" in text
+    assert "- `basic/gpt2/1`: 1: 3e-06, 2: 0.0004" in text
+    assert section([{"trainer": "infinitrain", "baseline": None}])[2] == NONE_CHECKED
