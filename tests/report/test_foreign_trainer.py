@@ -222,6 +222,11 @@ def test_foreign_cases_on_cpu_claim_no_gloo_in_the_throughput_section(tmp_path):
                  with_plots=False).markdown
     throughput = _section(text, "Layout throughput")
     assert "On CPU these numbers say little" in throughput
+    # The baseline line names the option `--harness-baseline pytorch`; no torch fact is claimed.
+    from harness.baseline.summary import NONE_CHECKED
+
+    assert NONE_CHECKED in text  # a foreign session without a baseline says so
+    text = text.replace(NONE_CHECKED, "")
     assert "gloo" not in text and "torch" not in text
     assert "ru_maxrss" not in text
 
