@@ -17,6 +17,8 @@ Writing (markdown, figures, files):
     markdown.py                one session's markdown sections (header, summary, failures,
                                cases, throughput, skipped, problems)
     session_diff_markdown.py   the markdown of a session_diff: "Against session ..."
+    baseline.py                the "Baseline check" section: each case's baseline verdict
+                               beside its self-check, the divergence step by step
     plots.py                   PNG figures beside the markdown
     document.py                the report: sections in reading order, plots linked
     cli.py                     `python -m harness.report`

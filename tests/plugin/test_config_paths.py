@@ -10,6 +10,8 @@ import os
 import shutil
 from pathlib import Path
 
+from harness.baseline.summary import baseline_summary
+
 from .conftest import fake_config, plugin_args
 
 OK = [{"id": "ok", "args": {}}, {"id": "pp2", "args": {"pipeline_parallel": 2}}]
@@ -66,6 +68,7 @@ def test_a_config_outside_the_rootdir_runs_and_the_summary_says_where(
         f"session folder: {session.resolve()}",
         "trainer: command (fake-1), device cpu",  # the trainer under test, stated
         "  fake / gpt2: 2 passed", "  fake / llama3: 1 passed",
+        baseline_summary([{"trainer": "command"}]),  # a foreign trainer: none checked
         f"report: python -m harness.report {session.resolve()}",
         lines[-1]]
     assert "3 passed" in lines[-1]
