@@ -12,8 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness.compare.baseline import bad_pairing
-from harness.logs.pairing import resolve
-from harness.logs.readers import BadInput, Reading, read_paths
+from harness.logs.pairing import resolved
+from harness.logs.readers import Reading, read_paths
 
 from .live import BaselineCheck, judged
 
@@ -22,10 +22,7 @@ from .live import BaselineCheck, judged
 def _reading(folder: Path) -> Reading:
     """The folder's runs, descriptive section names paired by harness.logs' cited table (never
     guessed), once per process: every case of the session asks."""
-    reading = read_paths([folder])
-    paired = [resolve(run, {}) for run in reading.runs]
-    return Reading(tuple(r for r in paired if not isinstance(r, BadInput)),
-                   reading.bad + tuple(r for r in paired if isinstance(r, BadInput)))
+    return resolved(read_paths([folder]), {})
 
 
 def recorded_check(folder: Path, case, run_steps: list[dict], first_step: int) -> BaselineCheck:

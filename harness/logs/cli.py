@@ -13,7 +13,7 @@ from typing import Sequence
 
 from harness.compare.baseline import BaselineVerdict, bad_pairing, judge_baseline, threshold_text
 
-from .pairing import read_pairing, resolve
+from .pairing import read_pairing, resolved
 from .readers import BadInput, Reading, RecordedRun, dtype_of, read_paths
 
 PASSED, FAILED, NO_PARTNER, BAD = "PASSED", "FAILED", "NO PARTNER", "BAD INPUT"
@@ -55,11 +55,8 @@ class Case:
 
 
 def _resolved(reading: Reading, pairing) -> tuple[list[RecordedRun], list[BadInput]]:
-    runs, bad = [], list(reading.bad)
-    for run in reading.runs:
-        got = resolve(run, pairing)
-        (bad if isinstance(got, BadInput) else runs).append(got)
-    return runs, bad
+    paired = resolved(reading, pairing)
+    return list(paired.runs), list(paired.bad)
 
 
 def _duplicates(runs: list[RecordedRun], side: str) -> tuple[list[RecordedRun], list[BadInput]]:

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .readers import DESCRIPTIVE_MODELS, BadInput, RecordedRun, dtype_of
+from .readers import DESCRIPTIVE_MODELS, BadInput, Reading, RecordedRun, dtype_of
 
 # Where each row comes from. The descriptive names are in InfiniTrain-Test's
 # baseline/pytorch/logs/202511_a800/result_pytorch.log (commit b09e9d3); the script that printed
@@ -99,3 +99,13 @@ def resolve(run: RecordedRun, pairing: dict[str, tuple[str, str]]) -> RecordedRu
                                     f"{run.dtype} as the log says", model, case, run.tag)
     return replace(run, model=model, case=case,
                    meta={**run.meta, "paired_by": how})
+
+
+def resolved(reading: Reading, pairing: dict[str, tuple[str, str]]) -> Reading:
+    """Every run of `reading` resolved (`resolve`); a mapping that cannot hold joins the bad
+    inputs. The log tool and the session's recorded baseline read a folder through this."""
+    runs, bad = [], list(reading.bad)
+    for run in reading.runs:
+        got = resolve(run, pairing)
+        (bad if isinstance(got, BadInput) else runs).append(got)
+    return Reading(tuple(runs), tuple(bad))
