@@ -23,7 +23,7 @@ from harness.spec.llmc import write_checkpoint, write_tokens
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "reports/numerics-124m")
     out.mkdir(parents=True, exist_ok=True)
-    config = dataclasses.replace(PRESETS["tiny"].gpt2, block_size=1024, vocab_size=50257,
+    config = dataclasses.replace(PRESETS["tiny"].config("gpt2"), block_size=1024, vocab_size=50257,
                                  padded_vocab_size=50304, n_layer=12, n_head=12, n_embd=768)
     write_checkpoint(out / "gpt2_124m.bin", config, init_weights(config, 0))
     write_tokens(out / "tokens_124m.bin", token_stream(64 * 1024, 0, "train"), kind="gpt2")

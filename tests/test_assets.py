@@ -49,7 +49,7 @@ def test_files_are_valid_llmc_files_of_the_preset(tiny):
     for model in ("gpt2", "llama3"):
         names = file_names("tiny", model)
         ckpt = read_checkpoint(out / names["checkpoint"])
-        assert ckpt.model == model and ckpt.config == getattr(preset, model)
+        assert ckpt.model == model and ckpt.config == preset.config(model)
         assert manifest["configs"][model]["n_layer"] == 8
         train = read_tokens(out / names["train"], vocab_size=ckpt.config.vocab_size)
         val = read_tokens(out / names["val"], vocab_size=ckpt.config.vocab_size)
@@ -107,19 +107,19 @@ def test_ensure_assets_generates_once_and_reuses(tmp_path, count_generations):
 @pytest.mark.parametrize("damage", ["flip a byte", "delete", "truncate manifest"])
 def test_ensure_assets_regenerates_after_damage(tmp_path, count_generations, damage):
     paths = ensure_assets("tiny", tmp_path)
-    original = paths.llama3_checkpoint.read_bytes()
+    original = paths.checkpoint("llama3").read_bytes()
     if damage == "flip a byte":
         data = bytearray(original)
         data[5000] ^= 0xFF
-        paths.llama3_checkpoint.write_bytes(bytes(data))
+        paths.checkpoint("llama3").write_bytes(bytes(data))
     elif damage == "delete":
-        paths.gpt2_val_tokens.unlink()
+        paths.tokens("gpt2", "val").unlink()
     else:
         paths.manifest.write_text("{")
     ensure_assets("tiny", tmp_path)
     assert len(count_generations) == 2
-    assert paths.llama3_checkpoint.read_bytes() == original
-    assert paths.gpt2_val_tokens.is_file()
+    assert paths.checkpoint("llama3").read_bytes() == original
+    assert paths.tokens("gpt2", "val").is_file()
 
 
 def test_concurrent_callers_generate_once(tmp_path, count_generations):

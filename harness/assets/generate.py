@@ -24,12 +24,13 @@ import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 from filelock import FileLock
 
 from harness.spec.llmc import parameter_shapes, write_checkpoint, write_tokens
-from harness.spec.models import MODEL_SPECS, spec_for_config
+from harness.spec.models import MODEL_SPECS, UnknownModelError, spec_for_config
 from harness.spec.records import write_atomic
 
 from .presets import PRESETS, Preset
@@ -109,7 +110,7 @@ def generate_assets(out_dir: str | os.PathLike, preset: str = "tiny", seed: int 
                for split, n in (("train", p.train_tokens), ("val", p.val_tokens))}
     files, configs = {}, {}
     for model in models:
-        config = getattr(p, model)
+        config = p.config(model)
         configs[model] = dataclasses.asdict(config)
         names = file_names(preset, model)
         write_checkpoint(out / names["checkpoint"], config, init_weights(config, seed))
@@ -133,21 +134,22 @@ class AssetPaths:
     preset: str
     seed: int
     manifest: Path
-    # "{model}_checkpoint", "{model}_train_tokens", "{model}_val_tokens" -> path, per model;
-    # also readable as attributes (paths.gpt2_checkpoint)
-    files: dict = field(default_factory=dict, hash=False)
+    # model -> {"checkpoint", "train", "val"} -> path (file_names' roles), per model
+    files: Mapping[str, Mapping[str, Path]] = field(default_factory=dict, hash=False)
 
-    def __getattr__(self, name: str) -> Path:
-        files = self.__dict__.get("files", {})
-        if name in files:
-            return files[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    def _of(self, model: str) -> Mapping[str, Path]:
+        try:
+            return self.files[model]
+        except KeyError:
+            raise UnknownModelError(f"assets {self.root} hold no model {model!r}; known models: "
+                                    f"{', '.join(self.files)}") from None
 
     def checkpoint(self, model: str) -> Path:
-        return getattr(self, f"{model}_checkpoint")
+        return self._of(model)["checkpoint"]
 
     def tokens(self, model: str, split: str = "train") -> Path:
-        return getattr(self, f"{model}_{split}_tokens")
+        """The model's token file of ``split``: "train" or "val"."""
+        return self._of(model)[split]
 
 
 def default_assets_root() -> Path:
@@ -183,10 +185,6 @@ def ensure_assets(preset: str = "tiny", root: str | os.PathLike | None = None,
     with FileLock(str(base / f".{d.name}.lock")):
         if not _is_complete(d, preset, seed):
             generate_assets(d, preset, seed, MODELS)
-    paths = {}
-    for model in MODELS:
-        names = file_names(preset, model)
-        paths[f"{model}_checkpoint"] = d / names["checkpoint"]
-        paths[f"{model}_train_tokens"] = d / names["train"]
-        paths[f"{model}_val_tokens"] = d / names["val"]
+    paths = {model: {role: d / name for role, name in file_names(preset, model).items()}
+             for model in MODELS}
     return AssetPaths(root=d, preset=preset, seed=seed, manifest=d / MANIFEST, files=paths)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from harness.spec.models import MODEL_SPECS
+from harness.spec.models import MODEL_SPECS, UnknownModelError
 
 
 @dataclass(frozen=True)
@@ -21,12 +21,13 @@ class Preset:
     val_tokens: int
     configs: Mapping[str, object] = field(default_factory=dict, hash=False)  # model -> config
 
-    def __getattr__(self, model: str):
-        # preset.gpt2, getattr(preset, model): the model's config at this size
-        configs = self.__dict__.get("configs", {})
-        if model in configs:
-            return configs[model]
-        raise AttributeError(f"preset {self.__dict__.get('name')!r} has no model {model!r}")
+    def config(self, model: str):
+        """The model's config at this size: ``PRESETS["tiny"].config("gpt2")``."""
+        try:
+            return self.configs[model]
+        except KeyError:
+            raise UnknownModelError(f"preset {self.name!r} has no model {model!r}; known models: "
+                                    f"{', '.join(self.configs)}") from None
 
 
 def _preset(name: str, purpose: str, train_tokens: int, val_tokens: int) -> Preset:

@@ -18,7 +18,7 @@ def num_layers(config: HarnessConfig, model: str, checkpoint: Path | None) -> in
             if files.synthetic:
                 from harness.assets.presets import PRESETS
 
-                return int(getattr(PRESETS[config.assets.preset], model).n_layer)
+                return int(PRESETS[config.assets.preset].config(model).n_layer)
             checkpoint = files.checkpoint
         from harness.spec.llmc import read_checkpoint_header
 

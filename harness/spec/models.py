@@ -63,6 +63,16 @@ class GPT2Config:
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def n_kv_head(self) -> int:
+        """Key/value heads: one per query head (GPT-2 has no grouped-query attention)."""
+        return self.n_head
+
+    @property
+    def ffn_dim(self) -> int:
+        """Hidden size of the MLP: 4 * n_embd, as GPT-2 has it."""
+        return 4 * self.n_embd
+
 
 @dataclass(frozen=True)
 class LLaMA3Config:

@@ -55,7 +55,7 @@ def parameter_tensors(parts, spec) -> list[tuple[str, "object"]]:
         named = dict(part.named_parameters())
         out += named.items()
         for kept, alias in spec.tied_parameters:
-            if kept in named and alias not in named and getattr(part, "has_lm_head", False):
+            if kept in named and alias not in named and part.has_lm_head:
                 out.append((alias, named[kept]))
     return out
 

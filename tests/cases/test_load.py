@@ -20,7 +20,7 @@ def test_shipped_config_loads_with_the_layout_matrix():
             assert any(c.case_id.startswith(parallel) and kind in c.case_id for c in layout), (kind, parallel)
     assert max(c.world_size for c in config.cases) == 8
     # The layout matrix stays mostly small; the schedule matrix is mostly 8 devices (PP x DP x
-    # TP per schedule, nightly) and its CI cost is bounded in tests/plugin/test_coverage.py.
+    # TP per schedule, nightly) and its CI cost is bounded in tests/trainer/test_coverage.py.
     small = [c for c in config.cases if c.tag != "schedules"]
     assert sum(c.world_size <= 4 for c in small) >= 0.75 * len(small)
     assert all(c.flags["num_iteration"] == 4 for c in config.cases)  # typed "@ITERATIONS@"

@@ -3,10 +3,11 @@
 (a) importing harness.spec and each of its modules, in a fresh interpreter, loads no torch;
 (b) no module under harness/ outside harness/trainer/ imports harness.trainer, at module level,
     inside a function or under TYPE_CHECKING; naming it in a string (the launch command
-    `python -m harness.trainer`, the zygote's preload list) is not an import. One exception:
-    harness/coverage.py, the generator of docs/coverage.md, plans each config case with the
-    trainer's own pure planner; and the other way round, the trainer imports no harness-side
-    package (cases, runner, launch, ...): only harness.spec, harness.layout and harness.assets;
+    `python -m harness.trainer`, the zygote's preload list) is not an import. The other way
+    round, the trainer imports no harness-side package (cases, runner, launch, ...): only
+    harness.spec, harness.layout and harness.assets. One exception: harness/trainer/coverage.py,
+    the generator of docs/coverage.md, reads the config's cases (harness.cases) to plan each
+    with the trainer's own pure planner, and no trainer process runs it;
 (c) harness.spec imports nothing from the rest of harness but harness.layout;
 (d) harness/runner and harness/launch name the trainer otherwise only as the module string they
     launch (`python -m harness.trainer`); the zygote also lists the submodules it preloads;
@@ -99,16 +100,18 @@ def test_the_scan_sees_every_kind_of_import():
 
 # ------------------------------------------------------------------ (b) harness side -> trainer
 
-# The docs generator that plans each config case as the trainer does (its pure plan_parallel).
-MAY_IMPORT_THE_TRAINER = ("coverage.py",)
 TRAINER_MAY_IMPORT = ("harness.trainer", "harness.spec", "harness.layout", "harness.assets")
+# The docs generator that plans each config case as the trainer does (its pure plan_parallel):
+# it reads the config's cases too.
+COVERAGE_TABLE = "trainer/coverage.py"
+COVERAGE_TABLE_MAY_IMPORT = ("harness.cases",)
 
 
 def test_no_module_outside_the_trainer_imports_the_trainer():
     offenders = []
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT)
-        if rel.parts[0] == "trainer" or rel.as_posix() in MAY_IMPORT_THE_TRAINER:
+        if rel.parts[0] == "trainer":
             continue
         for module, line in imported_modules(path):
             if _under(module, TRAINER):
@@ -130,7 +133,19 @@ def _imports_beyond(folder: Path, allowed: tuple[str, ...]) -> list[str]:
 
 def test_the_trainer_imports_no_harness_side_package():
     offenders = _imports_beyond(ROOT / "trainer", TRAINER_MAY_IMPORT)
+    table = f"harness/{COVERAGE_TABLE}:"
+    offenders = [o for o in offenders if not (o.startswith(table) and any(
+        _under(o.rpartition(" imports ")[2], a) for a in COVERAGE_TABLE_MAY_IMPORT))]
     assert not offenders, "\n".join(offenders)
+
+
+def test_no_trainer_process_runs_the_coverage_table():
+    from harness.launch.trainer_sources import TRAINER_ENTRIES, closure
+
+    runs = closure(TRAINER_ENTRIES)  # every harness module a trainer process can run
+    assert "harness.trainer.main" in runs
+    assert not [m for m in runs if _under(m, "harness.trainer.coverage")
+                or any(_under(m, a) for a in COVERAGE_TABLE_MAY_IMPORT)]
 
 
 # ------------------------------------------------------------------ (c) spec is a leaf

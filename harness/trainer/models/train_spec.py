@@ -15,6 +15,7 @@ from typing import Callable
 
 from harness.spec.models import ModelSpec
 from harness.trainer.models.common import ModelPart, is_fused_qkv, is_sequence_norm
+from harness.trainer.models.configs import missing_config_fields
 
 # (part, the mesh's "tp" dimension, sequence_parallel) -> None: shards the part in place
 Parallelize = Callable[[ModelPart, object, bool], None]
@@ -36,6 +37,12 @@ class TrainSpec:
         if not (isinstance(self.model, type) and issubclass(self.model, ModelPart)):
             raise TypeError(f"TrainSpec {self.contract.name!r}: model {self.model!r} is not a "
                             f"ModelPart subclass")
+        missing = missing_config_fields(self.contract.config)
+        if missing:  # read by the parallel plans and dumps: never guessed
+            raise TypeError(f"TrainSpec {self.contract.name!r}: config "
+                            f"{self.contract.config.__name__} does not declare "
+                            f"{', '.join(missing)} (harness.trainer.models.configs.ModelConfig: "
+                            f"every field the trainer reads, a dataclass field or a property)")
 
     @property
     def name(self) -> str:

@@ -28,8 +28,13 @@ permutation after gathering the shards (``full_gradient``), so it has the single
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
+
+if TYPE_CHECKING:  # the families' plans import this module: no import back into models
+    from harness.trainer.models.configs import ModelConfig
 
 # torch.distributed.tensor is imported inside the functions that use it: the families' plans
 # import this module, and a single-device run (which builds a family's model) should not pay
@@ -57,10 +62,9 @@ def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
     return inverse
 
 
-def head_counts(config) -> tuple[int, int, int]:
-    """(n_head, n_kv_head, head_dim) of a config (n_kv_head defaults to n_head)."""
-    n_kv = getattr(config, "n_kv_head", config.n_head)
-    return config.n_head, n_kv, config.n_embd // config.n_head
+def head_counts(config: ModelConfig) -> tuple[int, int, int]:
+    """(n_head, n_kv_head, head_dim) of a config (harness.trainer.models.configs.ModelConfig)."""
+    return config.n_head, config.n_kv_head, config.n_embd // config.n_head
 
 
 def shard_fused_qkv_rows(linear: nn.Linear, config, tp: int) -> None:

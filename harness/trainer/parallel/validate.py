@@ -8,10 +8,14 @@ none waits on a collective another rank never joins. (The caller prints it once,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.trainer.flags import FlagError, TrainerFlags, check_batch_arithmetic
 from harness.trainer.parallel.schedules import ScheduleError, select_schedule
 from harness.trainer.parallel.world import MESH_DIMS, mesh_sizes
+
+if TYPE_CHECKING:
+    from harness.trainer.models.configs import ModelConfig
 
 
 class ParallelSetupError(FlagError):
@@ -36,23 +40,21 @@ class ParallelPlan:
         return {dim: sizes[dim] for dim in MESH_DIMS}
 
 
-def check_tensor_parallel(config, tp: int, sequence_parallel: bool, sequence_length: int) -> None:
+def check_tensor_parallel(config: ModelConfig, tp: int, sequence_parallel: bool, sequence_length: int) -> None:
     if tp == 1:
         return
-    n_kv = getattr(config, "n_kv_head", None)
     if config.n_head % tp:
         raise ParallelSetupError(
             f"the model's n_head={config.n_head} is not divisible by --tensor_parallel={tp}"
         )
-    if n_kv is not None and n_kv % tp:
+    if config.n_kv_head % tp:
         raise ParallelSetupError(
-            f"the model's n_kv_head={n_kv} is not divisible by --tensor_parallel={tp} "
+            f"the model's n_kv_head={config.n_kv_head} is not divisible by --tensor_parallel={tp} "
             f"(GQA: each TP rank needs whole key/value heads)"
         )
-    ffn = getattr(config, "ffn_dim", 4 * config.n_embd)
-    if ffn % tp:
+    if config.ffn_dim % tp:
         raise ParallelSetupError(
-            f"the model's MLP width {ffn} is not divisible by --tensor_parallel={tp}"
+            f"the model's MLP width {config.ffn_dim} is not divisible by --tensor_parallel={tp}"
         )
     if sequence_parallel and sequence_length % tp:
         raise ParallelSetupError(

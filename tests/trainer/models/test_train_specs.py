@@ -3,10 +3,13 @@ harness.spec.models, its model class, and the parallel plan pieces written as co
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from harness.spec.models import GPT2_SPEC, LLAMA3_SPEC, MODEL_SPECS, UnknownModelError
 from harness.trainer.models.common import is_fused_qkv, is_sequence_norm
+from harness.trainer.models.configs import CONFIG_FIELDS, missing_config_fields
 from harness.trainer.models.registry import TRAIN_SPECS, train_spec_for_config
 from harness.trainer.models.train_spec import TrainSpec
 
@@ -25,6 +28,29 @@ def test_a_train_spec_refuses_a_model_that_is_not_a_model_part():
     spec = TRAIN_SPECS["gpt2"]
     with pytest.raises(TypeError, match="TrainSpec 'gpt2': model .* is not a ModelPart subclass"):
         TrainSpec(spec.contract, dict, spec.parallelize, spec.fused_qkv, spec.sequence_norm)
+
+
+def test_every_family_declares_every_config_field_the_trainer_reads():
+    # GPT-2 declares the values the parallel plans once guessed for a family without them
+    for spec in MODEL_SPECS.values():
+        assert missing_config_fields(spec.config) == []
+        for config in spec.asset_configs.values():
+            assert all(isinstance(getattr(config, name), int) for name in CONFIG_FIELDS)
+    gpt2 = GPT2_SPEC.asset_configs["tiny"]
+    assert (gpt2.n_kv_head, gpt2.ffn_dim) == (gpt2.n_head, 4 * gpt2.n_embd)
+
+
+def test_a_family_whose_config_leaves_out_a_field_is_refused_at_its_definition():
+    # GPT-2's header fields and head_dim, but no n_kv_head and no ffn_dim
+    ToyConfig = dataclasses.make_dataclass(
+        "ToyConfig", [(f.name, f.type) for f in dataclasses.fields(GPT2_SPEC.config)],
+        namespace={"head_dim": property(lambda self: self.n_embd // self.n_head)}, frozen=True)
+    gpt2 = TRAIN_SPECS["gpt2"]
+    toy = dataclasses.replace(GPT2_SPEC, name="toy", title="Toy", config=ToyConfig)  # unregistered
+    with pytest.raises(TypeError, match=r"TrainSpec 'toy': config ToyConfig does not declare "
+                                        r"n_kv_head, ffn_dim \(harness.trainer.models.configs"):
+        TrainSpec(contract=toy, model=gpt2.model, parallelize=gpt2.parallelize)
+    assert "toy" not in MODEL_SPECS and "toy" not in TRAIN_SPECS
 
 
 def test_build_model_builds_each_family_module():

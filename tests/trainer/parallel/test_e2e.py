@@ -85,8 +85,8 @@ def assets():
 
 def _cli_args(assets, model: str, out: Path) -> list[str]:
     return [
-        "--llmc_filepath", str(getattr(assets, f"{model}_checkpoint")),
-        "--input_bin", str(getattr(assets, f"{model}_train_tokens")),
+        "--llmc_filepath", str(assets.checkpoint(model)),
+        "--input_bin", str(assets.tokens(model)),
         "--batch_size", "2", "--sequence_length", "32", "--total_batch_size", "256",
         "--num_iteration", "3", "--learning_rate", "0.01",
         "--output_dir", str(out), "--dump_gradients", str(out / "grads"),

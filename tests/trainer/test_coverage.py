@@ -1,4 +1,4 @@
-"""docs/coverage.md is what `python -m harness.coverage` generates from the shipped config,
+"""docs/coverage.md is what `python -m harness.trainer.coverage` generates from the shipped config,
 and the schedule matrix covers what the trainer supports at a bounded CI cost. In process: the
 cases are planned by the trainer's pure plan function, nothing is launched."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.coverage import (
+from harness.trainer.coverage import (
     BEGIN,
     CI_DEVICES,
     DEFAULT_CONFIG,
@@ -32,7 +32,7 @@ def planned():
 def test_doc_is_up_to_date(planned):
     doc = DEFAULT_DOC.read_text()
     assert splice(doc, render(planned)) == doc, (
-        "docs/coverage.md is out of date: run python -m harness.coverage --write")
+        "docs/coverage.md is out of date: run python -m harness.trainer.coverage --write")
 
 
 def test_every_schedule_and_chunk_order_pair_has_a_case(planned):
