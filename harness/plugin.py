@@ -201,6 +201,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "reference_root": Path(cache).resolve() if cache else output / "reference-cache",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "header": None,
         "calibration": [],  # what a calibration session wrote (the terminal's lines)
+        "history": None,  # the history line: what this session appended (harness.history)
     }
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config, session_dir), "harness-xdist")
@@ -260,6 +261,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         s["header"]["finished_at"] = now()
         write_header(s["session_dir"], s["header"])
         record_last_session(s["session_dir"])  # python -m harness.report finds it from anywhere
+        from harness.history.store import append_session
+
+        try:  # the nights' history beside the sessions (python -m harness.history)
+            s["history"] = append_session(s["session_dir"], s["output"])
+        except (OSError, ValueError) as error:  # the session's own results stand either way
+            s["history"] = f"not appended ({error})"
         results = s["session_dir"] / "results.jsonl"
         if results.is_file():  # checkpoints go as the other dumps of passing cases go
             from harness.runner.checkpoints import settle_session_checkpoints
@@ -408,6 +415,9 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(f"  {tag} / {model}: {text}")
     for line in config.stash[_SETTINGS]["calibration"]:
         terminalreporter.write_line(line)
+    history = config.stash[_SETTINGS]["history"]
+    if history is not None:
+        terminalreporter.write_line(f"history: {history}")
     from harness.baseline.summary import baseline_summary
     from harness.spec.records import read_jsonl
 

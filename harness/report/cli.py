@@ -31,6 +31,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", metavar="OLD_RESULTS",
                    help="an earlier session (file or folder) to compare against: newly failing "
                         "and passing cases, tokens/s ratios")
+    p.add_argument("--history", metavar="DIR",
+                   help="the output folder whose history (DIR/history/history.jsonl, "
+                        "python -m harness.history) gives the \"Since last week\" section: "
+                        "regressions found over the nights; default the session's own output "
+                        "folder, when it keeps a history")
     p.add_argument("--no-plots", action="store_true", help="tables only, no PNG files")
     p.add_argument("--about", action="append", default=[], metavar="KEY=VALUE",
                    help="a fact for the header the session did not record, e.g. "
@@ -49,6 +54,25 @@ def _about(pairs: list[str]) -> dict[str, str]:
     return facts
 
 
+def _since_last_week(given: str | None, folder: Path, header: dict) -> list[str]:
+    """The history's "Since last week" for this session's config: from --history, else from
+    the output folder the session is in (`<output>/sessions/<session>/`) when it keeps one."""
+    from harness.history.render import since_section
+    from harness.history.store import history_path, read_history
+
+    if given is not None:
+        path = history_path(given)
+        if not path.is_file():
+            raise FileNotFoundError(f"--history {given}: no {path}; expected an output folder "
+                                    "whose sessions appended to a history")
+    else:
+        path = history_path(folder.parent.parent)
+        if folder.parent.name != "sessions" or not path.is_file():
+            return []
+    rows = read_history(path).rows
+    return since_section(rows, config=header.get("config_path"))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -63,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     # nvidia-smi where it ran) can still be given with --about.
     session.header = {**about, **{k: v for k, v in session.header.items() if v is not None}}
     out = Path(args.output) if args.output else paths[0].parent / "report.md"
-    report = build(session, out, previous, with_plots=not args.no_plots)
+    try:
+        since = _since_last_week(args.history, paths[0].parent, session.header)
+    except FileNotFoundError as error:
+        print(f"harness.report: {error}", file=sys.stderr)
+        return 2
+    report = build(session, out, previous, with_plots=not args.no_plots,
+                   since_last_week=since)
     counts = {s: sum(r["status"] == s for r in session.records)
               for s in ("passed", "failed", "skipped", "error")}
     n = len(session.records)

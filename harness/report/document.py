@@ -22,9 +22,10 @@ class Report:
 
 
 def build(session: Session, path: Path, previous: Session | None = None,
-          with_plots: bool = True) -> Report:
+          with_plots: bool = True, since_last_week: list[str] = ()) -> Report:
     """Write the report of `session` to `path` (and its PNGs beside it); `previous` adds the
-    comparison against an earlier session."""
+    comparison against an earlier session, `since_last_week` the history's section of that
+    name (harness.history.render.since_section; empty when nothing changed)."""
     path = Path(path)
     views = [view(r) for r in session.records]
     images: list[Path] = []
@@ -35,6 +36,7 @@ def build(session: Session, path: Path, previous: Session | None = None,
     lines = markdown.header(session, views)
     lines += markdown.problems(session)
     lines += markdown.summary(views, session)
+    lines += list(since_last_week)
     if previous is not None:
         old = [view(r) for r in previous.records]
         lines += comparison_section(compare(old, views, previous.label, session.label,

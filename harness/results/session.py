@@ -8,7 +8,8 @@ Every write replaces the file whole (write a temporary file, then rename).
 
     format, session, started_at, finished_at, config_path, git_commit, git_dirty, driver,
     torch, collected (case names tag/model/id), args (the pytest command line arguments),
-    trainer (the backend that ran the cases, see TRAINER_FIELDS; null in older headers)
+    trainer (the backend that ran the cases, see TRAINER_FIELDS; null in older headers),
+    host (the machine the controller ran on; absent in older headers: the history's machine)
 
 `torch` is the controller's installed torch: a fact about the bundled trainer only (a report
 of a session that ran only a foreign trainer, e.g. InfiniTrain's binaries, leaves it out).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from importlib.metadata import PackageNotFoundError, version
@@ -32,12 +34,15 @@ from harness.spec.records import write_atomic
 SESSION_FORMAT = "harness.session/1"
 HEADER_NAME = "session.json"
 HEADER_FIELDS = ("format", "session", "started_at", "finished_at", "config_path", "git_commit",
-                 "git_dirty", "driver", "torch", "collected", "args", "trainer")
+                 "git_dirty", "driver", "torch", "collected", "args", "trainer", "host")
 # `trainer`: {"name": "harness" | "infinitrain" | "command", "version": the trainer's version
 # (InfiniTrain: its build's content hash, "infinitrain-3f2a..."), or null, "build_dir": its
 # build folder, or null, "device": "cpu" | "cuda", and for InfiniTrain "identified": model ->
-# how its binary was known (harness.launch.binary_facts.identify: "elf", "script -> /path")}.
-TRAINER_FIELDS = ("name", "version", "build_dir", "device", "identified")
+# how its binary was known (harness.launch.binary_facts.identify: "elf", "script -> /path")},
+# and "git_commit" / "git_branch" of the git work tree its build folder is in (InfiniTrain's
+# checkout: the commit the nightly history and harness.bisect speak of), absent outside one.
+TRAINER_FIELDS = ("name", "version", "build_dir", "device", "identified", "git_commit",
+                  "git_branch")
 _TIMEOUT_S = 10.0
 
 
@@ -94,12 +99,14 @@ def new_header(session: str, started_at: str, config_path: str | os.PathLike | N
             "finished_at": None, "config_path": str(config_path) if config_path else None,
             "git_commit": commit, "git_dirty": dirty, "driver": driver_version(),
             "torch": torch_version(), "collected": [], "args": [str(a) for a in args],
-            "trainer": trainer_fact(**trainer) if trainer is not None else None}
+            "trainer": trainer_fact(**trainer) if trainer is not None else None,
+            "host": socket.gethostname() or None}
 
 
 def trainer_fact(name: str, version: str | None = None,
                  build_dir: str | os.PathLike | None = None, device: str | None = None,
-                 identified: dict | None = None) -> dict:
+                 identified: dict | None = None, git_commit: str | None = None,
+                 git_branch: str | None = None) -> dict:
     """The header's `trainer`: {name, version, build_dir, device} and `identified` where the
     backend says how it knew its binaries, JSON-safe (paths as text)."""
     fact = {"name": str(name), "version": str(version) if version is not None else None,
@@ -107,6 +114,16 @@ def trainer_fact(name: str, version: str | None = None,
             "device": str(device) if device is not None else None}
     if identified:
         fact["identified"] = {str(k): str(v) for k, v in identified.items()}
+    if git_commit is None and build_dir is not None and Path(build_dir).is_dir():
+        # the trainer's own source revision, when its build folder is in a git work tree
+        git_commit = (_output(["git", "rev-parse", "HEAD"], cwd=build_dir) or "").strip()
+        branch = (_output(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=build_dir)
+                  or "").strip()
+        git_branch = branch if git_commit and branch and branch != "HEAD" else None
+    if git_commit:
+        fact["git_commit"] = str(git_commit)
+    if git_branch:
+        fact["git_branch"] = str(git_branch)
     return fact
 
 

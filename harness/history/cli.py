@@ -1,0 +1,77 @@
+"""`python -m harness.history [DIR] [-o FILE] [--csv FILE] [--import RUNS ...]`.
+
+DIR: the output folder whose sessions the history follows (holding `sessions/` and
+`history/`); default $HARNESS_OUTPUT when set, else ./reports/harness (the plugin's default
+--harness-output). Every session under DIR/sessions/ the history lacks is appended first (so a
+deleted history.jsonl is rebuilt), then each run folder given with --import, then
+`history.md` and its plots are written to DIR/history/ unless -o says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.report.reading import DEFAULT_ROOT
+from harness.results.location import env_output
+
+from .findings import all_findings, since
+from .render import document, write_csv
+from .run_folders import read_run_folders
+from .store import append_rows, history_path, read_history, sync
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m harness.history",
+        description="Every case over the nights: history.md (tables, plots, regressions found "
+                    "from the series) and, with --csv, the rows for a spreadsheet.")
+    p.add_argument("output", nargs="?", metavar="DIR",
+                   help="the output folder (holding sessions/; the history is kept in "
+                        "DIR/history/); default $HARNESS_OUTPUT, else ./reports/harness")
+    p.add_argument("-o", "--markdown", metavar="FILE",
+                   help="where history.md goes (default DIR/history/history.md); its plots "
+                        "go beside it")
+    p.add_argument("--csv", metavar="FILE", help="also write every row as CSV")
+    p.add_argument("--import", dest="runs", action="append", default=[], metavar="RUNS",
+                   help="an InfiniTrain run folder (logs/[<tag>/]<model>_<case>.log, "
+                        "run_metadata.log), or a folder of them, to add to the history "
+                        "(repeatable)")
+    p.add_argument("--no-plots", action="store_true", help="tables only, no PNG files")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    output = Path(args.output) if args.output else (env_output() or DEFAULT_ROOT)
+    if not output.is_dir():
+        print(f"harness.history: {output}: no such folder; expected an output folder "
+              "(holding sessions/), e.g. the pytest run's --harness-output", file=sys.stderr)
+        return 2
+    added, notes = sync(output)
+    if args.runs:
+        rows, problems = read_run_folders([Path(r) for r in args.runs])
+        notes += problems
+        imported = append_rows(history_path(output), rows)
+        print(f"imported {imported} run{'s' * (imported != 1)} "
+              f"({len(rows) - imported} already in the history)")
+    history = read_history(history_path(output))
+    history.notes[:0] = notes
+    for note in history.notes:
+        print(f"harness.history: {note}", file=sys.stderr)
+    markdown = Path(args.markdown) if args.markdown else history_path(output).with_name(
+        "history.md")
+    text, images = document(history, markdown.parent, with_plots=not args.no_plots)
+    markdown.parent.mkdir(parents=True, exist_ok=True)
+    markdown.write_text(text)
+    found, recent = all_findings(history.rows), since(history.rows)
+    sessions = len({(r.session, r.date) for r in history.rows})
+    print(f"history: {markdown.resolve()} ({sessions} session{'s' * (sessions != 1)}, "
+          f"{len({r.name for r in history.rows})} cases, {added} row{'s' * (added != 1)} "
+          f"added from sessions; {len(found)} finding{'s' * (len(found) != 1)}, "
+          f"{len(recent)} since last week"
+          + (f"; {len(images)} plot(s)" if images else "") + ")")
+    if args.csv:
+        print(f"csv: {write_csv(history.rows, args.csv).resolve()}")
+    return 0

@@ -1,0 +1,245 @@
+"""What the nights show that one night cannot: regressions found from each case's series.
+
+- **Steps** in tokens/s or peak memory (`find_steps`). A night-to-night series is noisy, and a
+  one-session comparison (report --compare) calls only what is outside one night's spread. Here a
+  step is a change of level: the mean of the nights after a point against the median of the
+  nights before it (robust to an old outlier), measured in units of the series' own noise. The noise is estimated from the
+  series itself, robustly: the median absolute deviation of night-to-night differences (a step
+  is one large difference among many small ones, and barely moves that median). A step is
+  called when (1) it is at least STEP_Z standard errors of that difference, (2) at least
+  MIN_STEP as a share (a change below that is not worth a line), and (3) every night after it
+  has moved at least half the step (one slow night is an outlier, not a step). Two nights after
+  a point are enough, so a step is found on its third night at the latest. The values are
+  compared in log space: a step is a ratio. STEP_Z was chosen on synthetic series with this
+  machine's measured noise (docs/benchmarks.md, "History: finding a step").
+- **Drift**: a margin (threshold / worst, the self-check's loss or gradient margin) that keeps
+  falling over consecutive passed nights while the case still passes (`find_drift`): over the
+  last DRIFT_NIGHTS passed nights at least DRIFT_MIN_NIGHTS with a finite margin, a Kendall
+  tau of at most DRIFT_TAU (mostly falling night after night) and a fall of at least
+  DRIFT_FACTOR from the first of them to the last.
+- **Flaky or broken** (`status_changes`): a build whose nights include both passed and failed
+  (the same code giving both verdicts) is flaky; a case whose nights were passed up to one
+  build and failed from it on, every night, broke at that build (its first failed night named).
+
+`since(rows, days)` keeps what started within the last `days` of the newest night: the nightly
+report's "Since last week".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+
+from .rows import HistoryRow
+from .store import when
+
+STEP_Z = 3.5  # standard errors; see the module docstring and benchmarks/history_detection.py
+MIN_STEP = 0.02  # as a share
+BEFORE, AFTER = 14, 7  # nights on each side the medians are taken over
+MIN_BEFORE, MIN_AFTER = 5, 2
+MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # a median's standard error over a mean's (normal)
+DRIFT_NIGHTS, DRIFT_MIN_NIGHTS, DRIFT_TAU, DRIFT_FACTOR = 10, 5, -0.6, 4.0
+BAD = ("failed", "error")
+METRICS = {"tokens_per_s": "tokens/s", "peak_memory_mb": "peak memory"}
+MARGINS = {"loss_margin": "loss margin", "gradient_margin": "gradient margin"}
+
+
+def series_noise(logs: np.ndarray) -> float:
+    """The standard deviation of one night's value, in log units, from the night-to-night
+    differences (robust: a step is one outlier among the differences)."""
+    if len(logs) < 3:
+        return 0.0
+    diffs = np.diff(logs)
+    mad = np.median(np.abs(diffs - np.median(diffs)))
+    return float(1.4826 * mad / math.sqrt(2))
+
+
+@dataclass(frozen=True)
+class StepAt:
+    index: int  # the first night of the new level
+    ratio: float  # the level after over the level before
+    z: float  # in standard errors of the difference of the two levels
+
+
+def find_steps(values: list[float], *, z_min: float = STEP_Z, floor: float = MIN_STEP
+               ) -> list[StepAt]:
+    """Every step in a series (oldest first), strongest first among overlapping candidates."""
+    x = np.log(np.asarray(values, dtype=float))
+    n = len(x)
+    if n < MIN_BEFORE + MIN_AFTER:
+        return []
+    sigma = series_noise(x)
+    candidates = []
+    for t in range(MIN_BEFORE, n - MIN_AFTER + 1):
+        before, after = x[max(0, t - BEFORE):t], x[t:t + AFTER]
+        base, level = float(np.median(before)), float(np.mean(after))
+        shift = level - base
+        if abs(shift) < math.log1p(floor):
+            continue
+        se = sigma * math.sqrt(1 / len(after) + MEDIAN_EFFICIENCY ** 2 / len(before))
+        z = abs(shift) / se if se > 0 else math.inf
+        if z < z_min or not np.all((after - base) * math.copysign(1, shift) > abs(shift) / 2):
+            continue
+        candidates.append(StepAt(t, math.exp(shift), z))
+    chosen: list[StepAt] = []
+    for c in sorted(candidates, key=lambda c: (-c.z, c.index)):
+        if all(abs(c.index - k.index) >= AFTER for k in chosen):
+            chosen.append(c)
+    return sorted(chosen, key=lambda c: c.index)
+
+
+def kendall_tau(values: list[float]) -> float:
+    """Kendall's tau of the values against their order (-1: falling every time)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    s = sum(math.copysign(1, values[j] - values[i]) if values[j] != values[i] else 0
+            for i in range(n) for j in range(i + 1, n))
+    return s / (n * (n - 1) / 2)
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # "step" | "drift" | "flaky" | "broke" | "fixed"
+    config: str
+    machine: str | None
+    name: str
+    row: HistoryRow  # the night it starts (a drift: its first night)
+    text: str  # one line, the case and the build named
+
+    @property
+    def line(self) -> str:
+        return f"`{self.name}`: {self.text}"
+
+
+def _g(x: float) -> str:
+    return "∞" if math.isinf(x) else f"{x:.3g}"
+
+
+def _night(row: HistoryRow) -> str:
+    return f"{row.date[:10]} (session {row.session}, build {row.build_label})"
+
+
+def _series(rows: list[HistoryRow]) -> dict[tuple, list[HistoryRow]]:
+    """One series per (config, machine, case), oldest first; sessions of one config and machine
+    only, so another config or a machine change is never a step."""
+    groups: dict[tuple, list[HistoryRow]] = {}
+    for row in sorted(rows, key=lambda r: (when(r), r.session)):
+        groups.setdefault((row.config, row.machine, row.name), []).append(row)
+    return groups
+
+
+def metric_steps(rows: list[HistoryRow]) -> list[Finding]:
+    found = []
+    for (config, machine, name), series in _series(rows).items():
+        for field, label in METRICS.items():
+            points = [r for r in series if r.status in ("passed", "failed", "ran")
+                      and (v := getattr(r, field)) is not None and math.isfinite(v) and v > 0]
+            for step in find_steps([getattr(r, field) for r in points]):
+                row = points[step.index]
+                worse = step.ratio < 1 if field == "tokens_per_s" else step.ratio > 1
+                text = (f"{label} {'fell' if step.ratio < 1 else 'rose'} "
+                        f"{abs(step.ratio - 1) * 100:.1f}% from {_night(row)} "
+                        f"({step.z:.1f} standard errors of the series' noise"
+                        f"{'' if worse else '; an improvement'})")
+                found.append(Finding("step", config, machine, name, row, text))
+    return found
+
+
+def find_drift(margins: list[float]) -> tuple[int, float, float] | None:
+    """(index of the first night, first margin, last margin) when the margins (the last passed
+    nights, oldest first) keep falling; None otherwise."""
+    finite = [(i, m) for i, m in enumerate(margins) if m is not None and math.isfinite(m)
+              and m > 0]
+    if len(finite) < DRIFT_MIN_NIGHTS:
+        return None
+    values = [m for _, m in finite]
+    if kendall_tau(values) > DRIFT_TAU or values[0] < DRIFT_FACTOR * values[-1]:
+        return None
+    return finite[0][0], values[0], values[-1]
+
+
+def margin_drift(rows: list[HistoryRow]) -> list[Finding]:
+    found = []
+    for (config, machine, name), series in _series(rows).items():
+        recent: list[HistoryRow] = []
+        for row in reversed(series):  # the newest run of passed nights
+            if row.status != "passed":
+                break
+            recent.insert(0, row)
+        recent = recent[-DRIFT_NIGHTS:]
+        for field, label in MARGINS.items():
+            drift = find_drift([getattr(r, field) for r in recent])
+            if drift:
+                first, old, new = drift
+                row = recent[first]
+                text = (f"{label} fell from {_g(old)}x to {_g(new)}x over "
+                        f"{len(recent) - first} passed nights since {_night(row)}; "
+                        f"still passing")
+                found.append(Finding("drift", config, machine, name, row, text))
+    return found
+
+
+def status_changes(rows: list[HistoryRow]) -> list[Finding]:
+    found = []
+    for (config, machine, name), series in _series(rows).items():
+        judged = [r for r in series if r.status in ("passed", *BAD)]
+        builds: dict[str, list[HistoryRow]] = {}
+        for row in judged:
+            builds.setdefault(row.build_label, []).append(row)
+        for build, nights in builds.items():
+            statuses = {"failed" if r.status in BAD else "passed" for r in nights}
+            if len(statuses) == 2:
+                bad = sum(r.status in BAD for r in nights)
+                first_bad = next(r for r in nights if r.status in BAD)
+                found.append(Finding(
+                    "flaky", config, machine, name, first_bad,
+                    f"flaky: build {build} both passed and failed ({bad} of {len(nights)} "
+                    f"nights failed, first {_night(first_bad)}): {first_bad.reason or ''}"
+                    .rstrip(": ")))
+        order = list(builds)  # builds in the order they first ran
+        consistent = [(b, {r.status in BAD for r in builds[b]}) for b in order]
+        for i in range(1, len(consistent)):
+            (_, before), (build, now) = consistent[i - 1], consistent[i]
+            if len(before) != 1 or len(now) != 1 or before == now:
+                continue
+            row = builds[build][0]
+            if now == {True} and all(s == {True} for _, s in consistent[i:]):
+                found.append(Finding("broke", config, machine, name, row,
+                                     f"broke at build {build}: failed every night since "
+                                     f"{_night(row)}: {row.reason or 'no reason recorded'}"))
+            elif now == {False} and all(s == {False} for _, s in consistent[i:]):
+                found.append(Finding("fixed", config, machine, name, row,
+                                     f"passes again since build {build}, {_night(row)}"))
+    return found
+
+
+def all_findings(rows: list[HistoryRow]) -> list[Finding]:
+    return sorted(status_changes(rows) + margin_drift(rows) + metric_steps(rows),
+                  key=lambda f: (when(f.row), f.name, f.kind))
+
+
+def since(rows: list[HistoryRow], days: float = 7.0) -> list[Finding]:
+    """What started within `days` of the newest night (a drift still going on counts)."""
+    if not rows:
+        return []
+    newest = max(when(r) for r in rows)
+    start = newest - timedelta(days=days)
+    return [f for f in all_findings(rows) if f.kind == "drift" or when(f.row) > start]
+
+
+def last_change(series: list[HistoryRow]) -> HistoryRow | None:
+    """The night the case last changed status (between passed and failed / error, or to or
+    from skipped), None when it never did."""
+    last = None
+    for older, newer in zip(series, series[1:]):
+        if _verdict(older) != _verdict(newer):
+            last = newer
+    return last
+
+
+def _verdict(row: HistoryRow) -> str:
+    return "failed" if row.status in BAD else row.status

@@ -1,0 +1,157 @@
+"""The history as people read it: `history.md` (per config, per tag x model, one table per case,
+newest night first, with when the case last changed status, the plots of its group and the
+findings), and the same rows as CSV for a spreadsheet.
+
+Sessions of different configs never share a table or a series: each config is its own part of
+the document, and the document says how many there are.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+from pathlib import Path
+
+from .findings import Finding, all_findings, last_change, since
+from .plots import group_figure, slug
+from .rows import HistoryRow
+from .store import History, when
+
+COLUMNS = ("date", "session", "machine", "build", "status", "loss margin", "grad margin",
+           "last loss", "tokens/s", "± (2 s.e.)", "step ms", "peak MB")
+NA = "–"
+
+
+def _g(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return NA
+    if math.isinf(value):
+        return "∞"
+    return f"{value:.{digits}g}"
+
+
+def _whole(value: float | None) -> str:
+    return NA if value is None or not math.isfinite(value) else f"{value:,.0f}"
+
+
+def _margin(value: float | None) -> str:
+    return NA if value is None else f"{_g(value, 3)}×"
+
+
+def _status(row: HistoryRow) -> str:
+    text = row.status
+    if row.baseline and row.baseline != "passed":
+        text += f" (baseline {row.baseline})"
+    return text
+
+
+def table_row(row: HistoryRow) -> str:
+    spread = (NA if row.tokens_per_s_spread is None
+              else f"±{2 * row.tokens_per_s_spread * 100:.1f}%")
+    cells = (row.date[:16].replace("T", " "), row.session, row.machine or NA, row.build_label,
+             _status(row), _margin(row.loss_margin), _margin(row.gradient_margin),
+             _g(row.last_loss, 7), _whole(row.tokens_per_s), spread, _g(row.step_ms, 4),
+             _whole(row.peak_memory_mb))
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+
+def _change_line(series: list[HistoryRow]) -> str:
+    changed = last_change(series)
+    if changed is None:
+        statuses = sorted({r.status for r in series})
+        return (f"Never changed status over {len(series)} night{'s' * (len(series) != 1)} "
+                f"({', '.join(statuses)}).")
+    before = series[series.index(changed) - 1]
+    return (f"Last changed status on {changed.date[:10]} (session {changed.session}, build "
+            f"{changed.build_label}): {before.status} → {changed.status}.")
+
+
+def _findings(title: str, found: list[Finding]) -> list[str]:
+    if not found:
+        return []
+    lines = [title, ""]
+    lines += [f"- {f.line}" for f in found]
+    return lines + [""]
+
+
+def since_section(rows: list[HistoryRow], days: float = 7.0, config: str | None = None
+                  ) -> list[str]:
+    """The nightly report's "Since last week": the findings that started in the last `days`
+    (of one config's sessions when given); no lines when nothing changed."""
+    rows = [r for r in rows if config is None or r.config == config]
+    found = since(rows, days)
+    return _findings("## Since last week", found)
+
+
+def document(history: History, folder: Path, with_plots: bool = True) -> tuple[str, list[Path]]:
+    """history.md's text, and the plots written beside it in `folder`."""
+    rows = history.rows
+    images: list[Path] = []
+    nights = {(r.session, r.date) for r in rows}
+    lines = ["# Harness history", ""]
+    if not rows:
+        lines += ["No session has been recorded yet.", ""]
+    else:
+        lines += [f"{len(nights)} session{'s' * (len(nights) != 1)}, "
+                  f"{len({r.name for r in rows})} cases, {rows[0].date[:10]} to "
+                  f"{rows[-1].date[:10]}.", ""]
+    configs = history.configs()
+    if len(configs) > 1:
+        lines += [f"This history holds sessions of {len(configs)} configs; each is kept apart "
+                  "(its own tables and series): " + ", ".join(f"`{c}`" for c in configs) + ".",
+                  ""]
+    if history.notes:
+        lines += ["Problems reading the history:", ""]
+        lines += [f"- {note}" for note in history.notes] + [""]
+    for config in configs:
+        mine = [r for r in rows if r.config == config]
+        if len(configs) > 1:
+            lines += [f"## Config `{config}`", ""]
+        lines += since_section(mine) if len(configs) == 1 else [
+            line.replace("## ", "### ", 1) for line in since_section(mine)]
+        lines += _findings("## All findings" if len(configs) == 1 else "### All findings",
+                           all_findings(mine))
+        groups: dict[tuple[str, str], dict[str, list[HistoryRow]]] = {}
+        for row in mine:
+            groups.setdefault((row.tag, row.model), {}).setdefault(row.name, []).append(row)
+        depth = "##" if len(configs) == 1 else "###"
+        for (tag, model), cases in sorted(groups.items()):
+            lines += [f"{depth} {tag} / {model}", ""]
+            if with_plots:
+                stem = slug(f"history-{config}-{tag}-{model}" if len(configs) > 1
+                            else f"history-{tag}-{model}")
+                png = group_figure(f"{tag} / {model}", cases, folder / f"{stem}.png")
+                if png is not None:
+                    images.append(png)
+                    lines += [f"![{tag} / {model}: tokens/s, peak memory and margins over the "
+                              f"nights]({png.name})", ""]
+            for name, series in sorted(cases.items()):
+                series.sort(key=lambda r: (when(r), r.session))
+                lines += [f"{depth}# `{name}`", "", _change_line(series), "",
+                          "| " + " | ".join(COLUMNS) + " |",
+                          "|" + "---|" * len(COLUMNS)]
+                lines += [table_row(r) for r in reversed(series)]
+                lines.append("")
+    return "\n".join(lines).rstrip() + "\n", images
+
+
+CSV_COLUMNS = ("config", "tag", "model", "case", *(f.name for f in
+               dataclasses.fields(HistoryRow) if f.name not in ("format", "config")))
+
+
+def write_csv(rows: list[HistoryRow], path: str | os.PathLike) -> Path:
+    """The rows, newest first within each case as in history.md, one line each."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    newest_first = sorted(rows, key=lambda r: (when(r), r.session), reverse=True)
+    ordered = sorted(newest_first, key=lambda r: (r.config, r.name))  # stable: newest first
+    with open(path, "w", newline="") as stream:
+        out = csv.writer(stream)
+        out.writerow(CSV_COLUMNS)
+        for r in ordered:
+            data = r.to_json()
+            out.writerow([r.config, r.tag, r.model, r.name.split("/")[2],
+                          *("" if data[c] is None else data[c] for c in CSV_COLUMNS[4:])])
+    return path

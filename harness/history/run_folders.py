@@ -1,0 +1,139 @@
+"""Runs made elsewhere, into the same history: the run folders InfiniTrain's own scripts write
+(InfiniTensor/InfiniTrain-Test keeps them as
+`infinitrain/logs/<machine>/<YYYYMMDD>/<branch>_<sha>/logs/[<tag>/]<model>_<case>.log`, older
+ones `<sha>_<branch>`, newer ones with a `run_metadata.log`: docs/infinitrain.md).
+
+Each log is one row. Its losses come from harness.logs (the reader of recorded logs), its
+tokens/s, step time and peak memory from the InfiniTrain backend's step-line parser
+(harness.launch.backends.parse_step_lines, the one place InfiniTrain's step lines are read), as
+InfiniTrain-Test's own history writer takes them: the mean over steps >= 2 (step 1 includes the
+warm-up). The date is the metadata's `[RUN_STARTED_AT]`, else the first step line's glog time,
+else the date folder; branch and commit are the metadata's, else the folder name's. A run
+folder holds no verdict: its rows have status `ran` (a log cut short of its last step: `error`,
+with the reason), and no margins.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+from harness.launch.backends import parse_step_lines
+from harness.logs.readers import BadInput, read_infinitrain, read_run_metadata
+
+from .rows import HistoryRow
+
+CONFIG = "InfiniTrain run folders"  # their sessions' config, kept apart from harness sessions
+UNTAGGED = "untagged"  # a flat logs/ folder (older runs) has no tag
+_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+_GLOG_TIME = re.compile(r"^[IWEF](\d{8}) (\d\d:\d\d:\d\d)", re.M)
+_TOTAL = re.compile(r"\bstep\s+\d+/\s*(\d+)\s*\|")
+# Logs beside the runs' that are no run: the metadata, the build's output (InfiniTrain-Test
+# keeps `build_<n>.log` in the same folder), profiler reports, baseline result files.
+_NOT_A_RUN = re.compile(r"^(run_metadata\.log|build_.*|.*_profile(_.*)?\.log|result_.*)$")
+
+
+def _branch_commit(name: str) -> tuple[str | None, str | None]:
+    """`master_e7d57db` or `e7d57db_master` -> (branch, commit)."""
+    first, sep, rest = name.partition("_")
+    if not sep:
+        return None, (first if _SHA.match(first) else None)
+    if _SHA.match(rest) and not _SHA.match(first):
+        return first, rest
+    if _SHA.match(first):
+        return rest, first
+    head, _, tail = name.rpartition("_")
+    return (head, tail) if _SHA.match(tail) else (name, None)
+
+
+def _run_root(log: Path) -> Path | None:
+    """The `<branch>_<sha>` folder above a log's `logs/` folder."""
+    for folder in log.parents:
+        if folder.name == "logs":
+            return folder.parent
+    return None
+
+
+def _date(meta: dict, text: str, root: Path | None) -> str | None:
+    started = meta.get("run_started_at")
+    if started:
+        for parse in (datetime.fromisoformat,
+                      lambda s: datetime.strptime(s, "%Y-%m-%d %H:%M:%S")):
+            try:
+                return parse(started.replace("Z", "+00:00")).isoformat()
+            except ValueError:
+                pass
+    m = _GLOG_TIME.search(text)
+    if m:
+        return datetime.strptime(" ".join(m.groups()), "%Y%m%d %H:%M:%S").isoformat()
+    if root is not None and re.fullmatch(r"\d{8}", root.parent.name):
+        return datetime.strptime(root.parent.name, "%Y%m%d").isoformat()
+    return None
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v == v]
+    return sum(values) / len(values) if values else None
+
+
+def read_run_log(log: Path) -> HistoryRow | BadInput:
+    """One log of a run folder as a history row, or what is wrong with it."""
+    reading = read_infinitrain(log)
+    if reading.bad:
+        return reading.bad[0]
+    run = reading.runs[0]
+    text = log.read_text(errors="replace")
+    steps = parse_step_lines(text)
+    root = _run_root(log)
+    meta = run.meta
+    if not meta.get("run_metadata") and root is not None:
+        candidate = root / "run_metadata.log"
+        meta = {**meta, **(read_run_metadata(candidate) if candidate.is_file() else {})}
+    date = _date(meta, text, root)
+    if date is None:
+        return BadInput(str(log), f"{log}: no date: no [RUN_STARTED_AT] in a run_metadata.log, "
+                                  "no glog time on a step line, no YYYYMMDD folder")
+    folder_branch, folder_commit = _branch_commit(root.name) if root is not None else (None, None)
+    timed = [s for s in steps if s["step"] >= 2] or steps
+    total = max((int(t) for t in _TOTAL.findall(text)), default=None)
+    last = run.steps[-1]
+    cut = total is not None and last < total
+    machine = root.parent.parent.name if root is not None else None
+    session = "/".join(p for p in (machine, root.parent.name if root else None,
+                                   root.name if root else log.parent.name) if p)
+    peaks = [s["peak_memory_mb"] for s in steps if s.get("peak_memory_mb") is not None]
+    return HistoryRow(
+        session=session, date=date, config=meta.get("config_file") or CONFIG,
+        machine=machine, trainer="infinitrain", build=None,
+        commit=meta.get("git_commit") or folder_commit,
+        branch=meta.get("git_branch") or folder_branch,
+        name=f"{run.tag or UNTAGGED}/{run.model}/{run.case}",
+        status="error" if cut else "ran",
+        last_loss=run.losses[-1], last_step=last,
+        tokens_per_s=_mean([s["tokens_per_s"] for s in timed]),
+        step_ms=_mean([s["step_time_ms"] for s in timed]),
+        peak_memory_mb=max(peaks) if peaks and max(peaks) > 0 else None,
+        reason=f"the log stops at step {last} of {total}" if cut else None,
+        source="run-folder", origin=str(log))
+
+
+def read_run_folders(paths: list[Path]) -> tuple[list[HistoryRow], list[str]]:
+    """Every InfiniTrain log under the paths (run folders, or any folder above them): rows, and
+    one line per log that could not be read."""
+    rows, notes = [], []
+    for given in paths:
+        given = Path(given)
+        if not given.exists():
+            notes.append(f"{given}: no such folder; expected an InfiniTrain run folder")
+            continue
+        logs = [given] if given.is_file() else sorted(
+            p for p in given.rglob("*.log") if p.parent.name != "profile_logs"
+            and not _NOT_A_RUN.match(p.name))
+        found = [read_run_log(log) for log in logs]
+        rows += [r for r in found if isinstance(r, HistoryRow)]
+        notes += [b.message for b in found if isinstance(b, BadInput)]
+        if not logs:
+            notes.append(f"{given}: no <model>_<case>.log under it; expected an InfiniTrain "
+                         "run folder")
+    return rows, notes

@@ -1,0 +1,208 @@
+"""The history file: `<output>/history/history.jsonl` beside the output folder's `sessions/`, one
+HistoryRow per line, every session's cases appended at its finish.
+
+Safe under concurrent sessions: every write holds the file's lock (`history.jsonl.lock`,
+filelock), and a session's rows go in as one write. Under pytest-xdist only the controller
+appends (its workers share its session). Appending is idempotent: a row whose key (session,
+date, case) is there already is not written again, so a session appended twice, or a session
+folder copied under another name, counts once.
+
+Rebuildable from the session folders: `sync` appends every session under `<output>/sessions/`
+that the history lacks (history.jsonl deleted: all of them), and `python -m harness.history`
+runs it first.
+
+Nothing recorded is lost to a bad line: a line that is not a row (cut short by a killed
+writer, edited by hand) is moved, under the lock, to `history.rejected.jsonl` beside it, said
+in one line naming the file and line, and the rest is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from filelock import FileLock
+
+from harness.report.reading import read_session
+from harness.results.session import HEADER_NAME, read_header
+from harness.spec.records import RESULTS_NAME, scan_jsonl, write_atomic
+
+from .rows import HistoryRow, session_rows
+
+FOLDER = "history"
+FILE = "history.jsonl"
+REJECTED = "history.rejected.jsonl"
+
+
+def history_path(output: str | os.PathLike) -> Path:
+    return Path(output) / FOLDER / FILE
+
+
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def when(row: HistoryRow) -> datetime:
+    """The row's date as an aware time (no zone given: UTC; an unreadable date sorts first)."""
+    try:
+        moment = datetime.fromisoformat(row.date)
+    except ValueError:
+        try:
+            moment = datetime.strptime(row.date, "%Y-%m-%dT%H:%M:%S%z")
+        except ValueError:
+            return _NEVER
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+@dataclass
+class History:
+    path: Path
+    rows: list[HistoryRow] = field(default_factory=list)  # oldest first
+    notes: list[str] = field(default_factory=list)  # one line each: what was kept aside, ...
+
+    def configs(self) -> list[str]:
+        return sorted({r.config for r in self.rows})
+
+
+def _lock(path: Path) -> FileLock:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path) + ".lock")
+
+
+def _read_unlocked(path: Path) -> tuple[list[HistoryRow], list[tuple[int, str, str]]]:
+    """(rows in file order, bad lines as (number, text, problem))."""
+    rows, bad = [], []
+    try:
+        lines = scan_jsonl(path)
+    except FileNotFoundError:
+        return [], []
+    for line in lines:
+        if line.problem:
+            bad.append((line.number, line.text, line.problem))
+            continue
+        try:
+            rows.append(HistoryRow.from_json(line.value, f"{path}:{line.number}"))
+        except ValueError as error:
+            bad.append((line.number, line.text, str(error).split(": ", 1)[-1]))
+    return rows, bad
+
+
+def read_history(path: str | os.PathLike) -> History:
+    """Every row, oldest first, each key once; bad lines moved aside (and said)."""
+    path = Path(path)
+    history = History(path)
+    if not path.exists():
+        return history
+    with _lock(path):
+        rows, bad = _read_unlocked(path)
+        if bad:
+            _keep_aside(path, bad)
+    rejected = path.with_name(REJECTED)
+    for number, _text, problem in bad:
+        history.notes.append(f"{path}:{number}: {problem}; kept aside in {rejected}")
+    seen: set[tuple] = set()
+    for row in rows:
+        if row.key not in seen:
+            seen.add(row.key)
+            history.rows.append(row)
+    history.rows.sort(key=lambda r: (when(r), r.session, r.name))
+    return history
+
+
+def _keep_aside(path: Path, bad: list[tuple[int, str, str]]) -> None:
+    """Under the lock: the bad lines appended to the rejected file, the history rewritten
+    without them (rejected first, so a crash between the two loses nothing)."""
+    numbers = {number for number, _, _ in bad}
+    with open(path.with_name(REJECTED), "a") as stream:
+        for number, text, problem in bad:
+            stream.write(json.dumps({"line": number, "problem": problem, "text": text}) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+    kept = [line.text for line in scan_jsonl(path) if line.number not in numbers]
+    write_atomic(path, "".join(text + "\n" for text in kept))
+
+
+def append_rows(path: str | os.PathLike, rows: list[HistoryRow]) -> int:
+    """Append the rows the history does not hold yet, as one write under the lock; how many
+    were new."""
+    path = Path(path)
+    with _lock(path):
+        existing, _bad = _read_unlocked(path)
+        keys = {r.key for r in existing}
+        new = []
+        for row in rows:
+            if row.key not in keys:
+                keys.add(row.key)
+                new.append(row)
+        if not new:
+            return 0
+        text = "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in new)
+        with open(path, "ab+") as stream:
+            stream.seek(0, os.SEEK_END)
+            if stream.tell():  # a line cut short by a killed writer stays a line of its own
+                stream.seek(-1, os.SEEK_END)
+                if stream.read(1) != b"\n":
+                    text = "\n" + text
+            stream.write(text.encode())
+            stream.flush()
+            os.fsync(stream.fileno())
+    return len(new)
+
+
+def read_session_rows(folder: Path) -> tuple[list[HistoryRow], list[str]]:
+    """A session folder's rows, and one line per problem (unreadable result lines)."""
+    session = read_session([folder / RESULTS_NAME])
+    notes = [f"{b.path}:{b.number}: {b.problem}; not in the history" for b in session.bad_lines]
+    return session_rows(session.header, session.records, folder), notes
+
+
+def append_session(folder: str | os.PathLike, output: str | os.PathLike) -> str:
+    """At a session's finish: its cases into the output folder's history; the summary's line
+    (how many rows, where, and the command that renders it)."""
+    rows, _ = read_session_rows(Path(folder))
+    path = history_path(output)
+    added = append_rows(path, rows)
+    return (f"{added} case{'' if added == 1 else 's'} appended to {path} "
+            f"(python -m harness.history {shlex.quote(str(Path(output)))})")
+
+
+def session_folders(output: Path) -> list[Path]:
+    sessions = output / "sessions"
+    if not sessions.is_dir():
+        return []
+    return sorted(p for p in sessions.iterdir()
+                  if (p / RESULTS_NAME).is_file() or (p / HEADER_NAME).is_file())
+
+
+def sync(output: str | os.PathLike) -> tuple[int, list[str]]:
+    """Append every session under `<output>/sessions/` the history lacks: (rows added, one line
+    per thing said: a folder that is a copy of another session, unreadable lines)."""
+    output = Path(output)
+    path = history_path(output)
+    notes: list[str] = []
+    existing, _bad = _read_unlocked(path) if path.exists() else ([], [])
+    known = {(r.session, r.date) for r in existing}
+    first_folder: dict[tuple[str, str], Path] = {}
+    rows: list[HistoryRow] = []
+    for folder in session_folders(output):
+        header = read_header(folder) or {}
+        seen = (str(header.get("session")), str(header.get("started_at")))
+        if seen in known:  # appended at its finish already: not read again
+            if seen in first_folder:
+                notes.append(f"{folder}: a copy of session {seen[0]} (also in "
+                             f"{first_folder[seen]}); read once")
+            first_folder.setdefault(seen, folder)
+            continue
+        found, problems = read_session_rows(folder)
+        notes += problems
+        for key in sorted({(r.session, r.date) for r in found}):
+            if key in first_folder:
+                notes.append(f"{folder}: a copy of session {key[0]} (also in "
+                             f"{first_folder[key]}); read once")
+            else:
+                first_folder[key] = folder
+        rows += [r for r in found if (r.session, r.date) not in known]
+    return append_rows(path, rows) if rows else 0, notes

@@ -1,0 +1,127 @@
+"""The history file: rows typed and validated, appends idempotent, sessions of the output folder
+synced in, bad lines kept aside and the rest read, copies and other configs told apart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.history.rows import HistoryRow
+from harness.history.store import (REJECTED, append_rows, append_session, history_path,
+                                   read_history, sync)
+
+from .nights import record, row, write_session
+
+
+def test_a_row_refuses_a_wrong_type_an_unknown_key_and_a_bad_status():
+    with pytest.raises(ValueError, match=r"tokens_per_s = 'fast', expected float \| None"):
+        row(0, tokens_per_s="fast")
+    with pytest.raises(ValueError, match="status 'green', expected one of passed"):
+        row(0, status="green")
+    with pytest.raises(ValueError, match="name 'gpt2', expected tag/model/id"):
+        row(0, name="gpt2")
+    data = row(0).to_json()
+    with pytest.raises(ValueError, match=r"h.jsonl:3: unknown key 'colour'"):
+        HistoryRow.from_json({**data, "colour": "red"}, "h.jsonl:3")
+    assert HistoryRow.from_json(data, "h.jsonl:1") == row(0)
+
+
+def test_an_infinite_margin_round_trips_as_json():
+    r = row(0, loss_margin=float("inf"))
+    text = json.dumps(r.to_json(), allow_nan=False)  # JSON has no inf: written "inf"
+    assert HistoryRow.from_json(json.loads(text), "x").loss_margin == float("inf")
+
+
+def test_a_session_becomes_one_row_per_case_with_its_margins_and_machine(tmp_path):
+    folder = write_session(tmp_path, 3, [
+        record("basic/gpt2/pp2", tokens=2000.0, memory=417.0, loss_margin=923.0),
+        record("basic/gpt2/tp2", "failed", reason="loss differs at step 2\nmore text")])
+    line = append_session(folder, tmp_path)
+    assert line.startswith("2 cases appended to ")
+    rows = read_history(history_path(tmp_path)).rows
+    by = {r.name: r for r in rows}
+    assert by["basic/gpt2/pp2"].tokens_per_s == 2000.0
+    assert by["basic/gpt2/pp2"].loss_margin == 923.0
+    assert by["basic/gpt2/pp2"].gradient_margin == 150.0
+    assert by["basic/gpt2/pp2"].last_loss == 5.3 and by["basic/gpt2/pp2"].last_step == 3
+    assert by["basic/gpt2/pp2"].machine == "box" and by["basic/gpt2/pp2"].commit == "a" * 40
+    assert by["basic/gpt2/pp2"].tokens_per_s_spread == pytest.approx(0.00577, rel=0.01)
+    assert by["basic/gpt2/tp2"].reason == "loss differs at step 2"  # one line
+    assert by["basic/gpt2/pp2"].reason is None
+
+
+def test_appending_a_session_twice_records_it_once(tmp_path):
+    folder = write_session(tmp_path, 1, [record("basic/gpt2/pp2")])
+    append_session(folder, tmp_path)
+    assert append_session(folder, tmp_path).startswith("0 cases appended")
+    assert len(history_path(tmp_path).read_text().splitlines()) == 1
+
+
+def test_a_deleted_history_is_rebuilt_from_the_session_folders(tmp_path):
+    for i in range(3):
+        append_session(write_session(tmp_path, i, [record("basic/gpt2/pp2")]), tmp_path)
+    before = read_history(history_path(tmp_path)).rows
+    history_path(tmp_path).unlink()
+    added, notes = sync(tmp_path)
+    assert (added, notes) == (3, [])
+    assert read_history(history_path(tmp_path)).rows == before
+    assert sync(tmp_path) == (0, [])  # nothing twice
+
+
+def test_a_session_folder_copied_twice_is_read_once_and_said(tmp_path):
+    folder = write_session(tmp_path, 1, [record("basic/gpt2/pp2")])
+    copy = tmp_path / "sessions" / "zz-copy"
+    copy.mkdir()
+    for name in ("session.json", "results.jsonl"):
+        (copy / name).write_text((folder / name).read_text())
+    added, notes = sync(tmp_path)
+    assert added == 1
+    assert len(notes) == 1 and "zz-copy: a copy of session 20260001-021700-101" in notes[0]
+    added, notes = sync(tmp_path)  # known now: still said, still once
+    assert added == 0 and "a copy of session" in notes[0]
+    assert len(read_history(history_path(tmp_path)).rows) == 1
+
+
+def test_a_truncated_and_a_corrupt_line_are_kept_aside_and_the_rest_read(tmp_path):
+    path = history_path(tmp_path)
+    append_rows(path, [row(0), row(1)])
+    good = path.read_text()
+    path.write_text(good.splitlines()[0] + "\n{not json}\n" + good.splitlines()[1] + "\n"
+                    + good.splitlines()[1][:40])  # a writer killed in the middle of a line
+    history = read_history(path)
+    assert [r.session for r in history.rows] == ["night-000", "night-001"]
+    assert len(history.notes) == 2
+    assert history.notes[0].startswith(f"{path}:2: not JSON")
+    assert history.notes[1].startswith(f"{path}:4: truncated") and REJECTED in history.notes[1]
+    rejected = [json.loads(x) for x in path.with_name(REJECTED).read_text().splitlines()]
+    assert [r["text"] for r in rejected] == ["{not json}", good.splitlines()[1][:40]]  # not lost
+    assert read_history(path).notes == []  # moved aside once, not reported every time
+
+
+def test_an_append_after_a_cut_line_does_not_glue_onto_it(tmp_path):
+    path = history_path(tmp_path)
+    append_rows(path, [row(0)])
+    path.write_text(path.read_text() + '{"session": "cut')
+    append_rows(path, [row(1)])
+    history = read_history(path)
+    assert [r.session for r in history.rows] == ["night-000", "night-001"]
+    assert "truncated" not in history.notes[0] and "not JSON" in history.notes[0]
+
+
+def test_a_row_of_another_format_is_kept_aside_with_the_reason(tmp_path):
+    path = history_path(tmp_path)
+    append_rows(path, [row(0)])
+    with open(path, "a") as stream:
+        stream.write(json.dumps({**row(1).to_json(), "format": "harness.history/9"}) + "\n")
+    history = read_history(path)
+    assert len(history.rows) == 1
+    assert "format 'harness.history/9', expected 'harness.history/1'" in history.notes[0]
+
+
+def test_sessions_of_another_config_are_kept_apart(tmp_path):
+    write_session(tmp_path, 1, [record("basic/gpt2/pp2")], config="configs/a.json")
+    write_session(tmp_path, 2, [record("basic/gpt2/pp2")], config="other/b.json")
+    sync(tmp_path)
+    history = read_history(history_path(tmp_path))
+    assert history.configs() == ["configs/a.json", "other/b.json"]
