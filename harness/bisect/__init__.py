@@ -3,8 +3,7 @@ drives `git bisect run` in the trainer's checkout with the case's verdict (or a 
 memory threshold) as the test, building each commit with the user's command (docs/bisect.md).
 Torch-free.
 
-    __main__.py     `python -m harness.bisect ...`
-    cli.py          the command line: checks, the bisect, the range's ends, the checkout restored
+    cli.py          `python -m harness.bisect`, the command line: checks, the bisect, the range's ends, the checkout restored
     git.py          the git plumbing: revisions, ancestry, a clean work tree, git bisect itself
     step.py         the test git bisect run calls at each commit: cache, build, session, verdict
     verdict.py      one case's session at one commit and its verdict, read from its record

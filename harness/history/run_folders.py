@@ -7,14 +7,15 @@ Each log is one row. Its losses come from harness.logs (the reader of recorded l
 tokens/s, step time and peak memory from the InfiniTrain backend's step-line parser
 (harness.launch.backends.parse_step_lines, the one place InfiniTrain's step lines are read), as
 InfiniTrain-Test's own history writer takes them: the mean over steps >= 2 (step 1 includes the
-warm-up). The date is the metadata's `[RUN_STARTED_AT]`, else the first step line's glog time,
-else the date folder; branch and commit are the metadata's, else the folder name's. A run
+warm-up). The date is the metadata's `[RUN_STARTED_AT]`, else the earliest glog time of the
+folder's step lines, else the date folder; branch and commit are the metadata's, else the folder name's. A run
 folder holds no verdict: its rows have status `ran` (a log cut short of its last step: `error`,
 with the reason), and no margins.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import datetime
 from pathlib import Path
@@ -118,6 +119,15 @@ def read_run_log(log: Path) -> HistoryRow | BadInput:
         source="run-folder", origin=str(log))
 
 
+def _one_date_per_run(rows: list[HistoryRow]) -> list[HistoryRow]:
+    """A run folder is one night: without a [RUN_STARTED_AT] each log's date is its own first
+    step's time, so every log of a folder gets the folder's earliest."""
+    first: dict[str, str] = {}
+    for row in rows:
+        first[row.session] = min(first.get(row.session, row.date), row.date)
+    return [dataclasses.replace(r, date=first[r.session]) for r in rows]
+
+
 def read_run_folders(paths: list[Path]) -> tuple[list[HistoryRow], list[str]]:
     """Every InfiniTrain log under the paths (run folders, or any folder above them): rows, and
     one line per log that could not be read."""
@@ -131,7 +141,7 @@ def read_run_folders(paths: list[Path]) -> tuple[list[HistoryRow], list[str]]:
             p for p in given.rglob("*.log") if p.parent.name != "profile_logs"
             and not _NOT_A_RUN.match(p.name))
         found = [read_run_log(log) for log in logs]
-        rows += [r for r in found if isinstance(r, HistoryRow)]
+        rows += _one_date_per_run([r for r in found if isinstance(r, HistoryRow)])
         notes += [b.message for b in found if isinstance(b, BadInput)]
         if not logs:
             notes.append(f"{given}: no <model>_<case>.log under it; expected an InfiniTrain "

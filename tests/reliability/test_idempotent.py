@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.history.store import history_path, read_history
 from tests.conftest import INNER_SESSION_ARGS
 
 pytestmark = pytest.mark.slow
@@ -232,3 +233,12 @@ def test_verdicts_do_not_depend_on_cache_order_or_worker(backend, tmp_path):
         assert not built, f"session {label} built a reference for {built}\n{output[-TAIL:]}"
 
     assert len(list(out.glob("sessions/*/results.jsonl"))) == 3
+
+    # The history beside them (harness.history): each session appended once, by the
+    # controller only (two workers wrote the records of A and C), every night the same verdict.
+    assert f"history: {len(first)} cases appended to {history_path(out)}" in output_a
+    history = read_history(history_path(out))
+    assert history.notes == []
+    assert len({(r.session, r.date) for r in history.rows}) == 3
+    for name, record in first.items():
+        assert [r.status for r in history.rows if r.name == name] == [record["status"]] * 3
