@@ -16,11 +16,22 @@ import resource
 import socket
 import sys
 import time
-from typing import Any, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 from harness.layout import LayoutError, layout_from_flags
 from harness.spec.llmc import LlmcFormatError, read_checkpoint_header, read_tokens
 from harness.trainer.flags import FlagError, TrainerFlags, check_batch_arithmetic, parse_flags
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.spec.records import RunRecorder, StepRecord
+    from harness.trainer.data import StepBatches
+    from harness.trainer.engine import Engine
+    from harness.trainer.parallel.validate import ParallelPlan
+    from harness.trainer.profiling import LayerProfiler
 
 EXIT_BAD_INPUT = 2
 
@@ -91,21 +102,6 @@ def _peak_memory_mb(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _build_optimizer(flags: TrainerFlags, parameters):
-    import torch
-
-    if flags.optimizer == "sgd":
-        return torch.optim.SGD(parameters, lr=flags.learning_rate)
-    # llm.c's AdamW settings (beta2 0.95 unless --adam_beta2 says otherwise).
-    return torch.optim.AdamW(
-        parameters,
-        lr=flags.learning_rate,
-        betas=(0.9, flags.adam_beta2),
-        eps=1e-8,
-        weight_decay=flags.weight_decay,
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     rank, world_size = _rank_and_world()
     flags = parse_flags(argv)
@@ -138,18 +134,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _train(flags, config, layout, tokens, microbatches, plan)
 
 
-def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
-    """`microbatches`: per step over all data-parallel ranks; `plan`: the ParallelPlan, or None
-    on one device."""
+# --------------------------------------------------------------------------- the build steps
+# The trainer is built in steps, as torchtitan's Trainer is: the model (one device) or its
+# parallel build, the optimizer, the profiler, the records, the loop and the dumps. Each step
+# is one function with a typed result; `_train` calls them in order.
+
+
+@dataclass(frozen=True)
+class Built:
+    """The model step's result: this rank's engine and where it runs."""
+
+    engine: Engine
+    device: torch.device
+    mesh: dict[str, int]  # MESH_DIMS -> size (1 each on one device)
+    schedule: str | None  # the pipeline schedule run; None without a pipeline
+    parallel: bool  # a process group was made (to end after the run)
+    rank: int
+    world_size: int
+
+
+@dataclass(frozen=True)
+class Profiling:
+    """The profiler step's result (--profile_layers): the profiler and this rank's file."""
+
+    profiler: LayerProfiler
+    timings_file: Path
+
+
+@dataclass(frozen=True)
+class UpdateBaseline:
+    """--dump_parameter_updates DIR: every parameter's value before the first step."""
+
+    directory: str
+    initial: list[tuple[str, torch.Tensor]]  # (single-device name, a copy of its value)
+
+
+def _prepare_process(flags: TrainerFlags) -> None:
+    """Before the first large allocation and before any model is built."""
     import torch
 
-    from harness.trainer.data import StepBatches
-    from harness.trainer.engine import SingleDeviceEngine, compute_dtype
-    from harness.trainer.gradient_dump import write_gradients, write_manifest
     from harness.trainer.host_memory import keep_freed_memory
-    from harness.spec.llmc import read_checkpoint
-    from harness.trainer.profiling import LayerProfiler, append_records, profile_path
-    from harness.spec.records import RunRecorder, StepRecord, format_step_line
 
     if flags.device == "cpu":
         # Before the first large allocation: every step's large buffers are then reused in
@@ -157,94 +181,175 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
         # neighbours (host_memory says why).
         keep_freed_memory()
     torch.manual_seed(flags.seed)
+
+
+def build_single_device(flags: TrainerFlags) -> Built:
+    """The model step on one device: the whole model, its weights, the compute dtype."""
+    import torch
+
+    from harness.spec.llmc import read_checkpoint
+    from harness.trainer.engine import SingleDeviceEngine, compute_dtype
+    from harness.trainer.models import build_model, load_weights
+    from harness.trainer.parallel.world import MESH_DIMS
+
+    checkpoint = read_checkpoint(flags.llmc_filepath, mmap=True)  # its tensors are copied in
+    device = torch.device(flags.device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", 0)
+    model = build_model(checkpoint.config)
+    load_weights(model, checkpoint.tensors)
+    dtype = compute_dtype(flags.dtype)
+    if dtype == torch.float64:  # the oracle: the same float32 weights, widened exactly
+        model = model.to(torch.float64)
+    engine = SingleDeviceEngine(model.to(device), device, dtype)
+    rank, world_size = _rank_and_world()
+    return Built(engine, device, {dim: 1 for dim in MESH_DIMS}, None, False, rank, world_size)
+
+
+def build_parallel(flags: TrainerFlags, plan: ParallelPlan, layout) -> Built:
+    """The parallelize step: the process group and mesh, then this rank's chunks built, loaded
+    and parallelized as the ParallelPlan says (harness.trainer.parallel)."""
+    from harness.spec.llmc import read_checkpoint
+    from harness.trainer.parallel.build import build_parallel_engine
+    from harness.trainer.parallel.world import init_distributed
+
     # Memory-mapped: a pipeline rank copies in only the tensors of the chunks it builds.
     checkpoint = read_checkpoint(flags.llmc_filepath, mmap=True)
+    world = init_distributed(flags)
+    engine = build_parallel_engine(flags, plan, checkpoint, layout, world)
     rank, world_size = _rank_and_world()
-    parallel = plan is not None
-    schedule = plan.schedule if parallel else None
-    if parallel:
-        from harness.trainer.parallel.build import build_parallel_engine
-        from harness.trainer.parallel.world import init_distributed
+    return Built(engine, world.device, world.mesh_sizes, plan.schedule, True, rank, world_size)
 
-        world = init_distributed(flags)
-        engine = build_parallel_engine(flags, plan, checkpoint, layout, world)
-        device, mesh = world.device, world.mesh_sizes
-    else:
-        from harness.trainer.models import build_model, load_weights
 
-        device = torch.device(flags.device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", 0)
-        model = build_model(checkpoint.config)
-        load_weights(model, checkpoint.tensors)
-        dtype = compute_dtype(flags.dtype)
-        if dtype == torch.float64:  # the oracle: the same float32 weights, widened exactly
-            model = model.to(torch.float64)
-        engine = SingleDeviceEngine(model.to(device), device, dtype)
-        mesh = {"pp": 1, "dp": 1, "tp": 1}
-    del checkpoint
+def build_optimizer(flags: TrainerFlags, engine: Engine) -> torch.optim.Optimizer:
+    """The optimizer step: over every parameter of this rank's parts."""
+    import torch
 
     parameters = [p for part in engine.parts for p in part.parameters()]
-    optimizer = _build_optimizer(flags, parameters)
-    batches = StepBatches(tokens, flags.batch_size, flags.sequence_length, microbatches)
-    profiler = LayerProfiler(engine.parts, device, rank, optimizer, schedule) if flags.profile_layers else None
-    if profiler is not None:
-        engine.loss_fn = profiler.timed_loss(engine.loss_fn)
-        timings_file = profile_path(flags.profile_layers, rank, world_size)
-        timings_file.parent.mkdir(parents=True, exist_ok=True)
-        timings_file.write_text("")
-    recorder = RunRecorder(flags.output_dir if engine.reports_loss else None)
+    if flags.optimizer == "sgd":
+        return torch.optim.SGD(parameters, lr=flags.learning_rate)
+    # llm.c's AdamW settings (beta2 0.95 unless --adam_beta2 says otherwise).
+    return torch.optim.AdamW(
+        parameters,
+        lr=flags.learning_rate,
+        betas=(0.9, flags.adam_beta2),
+        eps=1e-8,
+        weight_decay=flags.weight_decay,
+    )
+
+
+def build_profiler(flags: TrainerFlags, built: Built,
+                   optimizer: torch.optim.Optimizer) -> Profiling | None:
+    """The profiler step (--profile_layers): hooks on the parts, the loss timed, this rank's
+    timings file emptied."""
+    if not flags.profile_layers:
+        return None
+    from harness.trainer.profiling import LayerProfiler, profile_path
+
+    engine = built.engine
+    profiler = LayerProfiler(engine.parts, built.device, built.rank, optimizer, built.schedule)
+    engine.loss_fn = profiler.timed_loss(engine.loss_fn)
+    timings_file = profile_path(flags.profile_layers, built.rank, built.world_size)
+    timings_file.parent.mkdir(parents=True, exist_ok=True)
+    timings_file.write_text("")
+    return Profiling(profiler, timings_file)
+
+
+def start_records(flags: TrainerFlags, built: Built, config, layout,
+                  microbatches: int) -> RunRecorder:
+    """The recorder step: run.json and layout.txt on the reporting rank; the layout printed by
+    rank 0."""
+    import torch
+
+    from harness.spec.records import RunRecorder
+
+    device, mesh = built.device, built.mesh
+    recorder = RunRecorder(flags.output_dir if built.engine.reports_loss else None)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     recorder.write_run(
         flags,
-        environment(device_name, world_size, mesh),
+        environment(device_name, built.world_size, mesh),
         config,
         layout,
-        {**mesh, "vpp": layout.vpp, "schedule": schedule, "microbatches": microbatches},
+        {**mesh, "vpp": layout.vpp, "schedule": built.schedule, "microbatches": microbatches},
     )
-    if rank == 0:
+    if built.rank == 0:
         print(layout, flush=True)
-    if flags.dump_parameter_updates:  # the values before the first step, to subtract at the end
-        from harness.spec.models import spec_for_config
-        from harness.trainer.gradient_dump import parameter_tensors
+    return recorder
 
-        initial = [(name, p.detach().clone())
-                   for name, p in parameter_tensors(engine.parts, spec_for_config(config))]
 
+def start_update_dump(flags: TrainerFlags, engine: Engine, config) -> UpdateBaseline | None:
+    """The values before the first step, to subtract at the end (--dump_parameter_updates)."""
+    if not flags.dump_parameter_updates:
+        return None
+    from harness.spec.models import spec_for_config
+    from harness.trainer.gradient_dump import parameter_tensors
+
+    initial = [(name, p.detach().clone())
+               for name, p in parameter_tensors(engine.parts, spec_for_config(config))]
+    return UpdateBaseline(flags.dump_parameter_updates, initial)
+
+
+def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimizer,
+               batches: StepBatches, profiling: Profiling | None,
+               recorder: RunRecorder) -> list[StepRecord]:
+    """The loop step: every optimizer step, the first one's gradients dumped when asked;
+    returns the StepRecords this rank reported (none off the reporting rank)."""
+    import torch
+
+    from harness.spec.records import format_step_line
+    from harness.trainer.profiling import append_records
+
+    engine, device, mesh = built.engine, built.device, built.mesh
+    reported = []
     for step in range(1, flags.num_iteration + 1):
         started = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         inputs, targets = batches.next_step()
         loss = engine.forward_backward(torch.from_numpy(inputs), torch.from_numpy(targets))
         if step == 1 and flags.dump_gradients:
-            _dump_gradients(flags.dump_gradients, engine, rank, write_gradients, write_manifest)
+            _dump_gradients(flags.dump_gradients, engine, built.rank)
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - started
-        if profiler is not None:
-            append_records(timings_file, profiler.take_records(step))
+        if profiling is not None:
+            append_records(profiling.timings_file, profiling.profiler.take_records(step))
         if engine.reports_loss:
-            record = StepRecord(
-                step=step,
-                loss=float(loss),
-                lr=flags.learning_rate,
-                step_time_ms=elapsed * 1e3,
-                tokens_per_s=flags.step_tokens / elapsed,
-                peak_memory_mb=_peak_memory_mb(device),
-            )
+            record = _step_record(flags, step, loss, elapsed, device)
             recorder.write_step(record)
             print(format_step_line(record, flags.num_iteration, mesh["dp"], mesh["tp"], mesh["pp"]),
                   flush=True)
-    if flags.dump_parameter_updates:
-        _dump_updates(flags.dump_parameter_updates, engine, config, initial, rank,
-                      flags.num_iteration, write_gradients, write_manifest)
-    if parallel:
+            reported.append(record)
+    return reported
+
+
+def _step_record(flags: TrainerFlags, step: int, loss: float, elapsed: float,
+                 device: torch.device) -> StepRecord:
+    from harness.spec.records import StepRecord
+
+    return StepRecord(
+        step=step,
+        loss=float(loss),
+        lr=flags.learning_rate,
+        step_time_ms=elapsed * 1e3,
+        tokens_per_s=flags.step_tokens / elapsed,
+        peak_memory_mb=_peak_memory_mb(device),
+    )
+
+
+def finish(flags: TrainerFlags, built: Built, profiling: Profiling | None) -> int:
+    """The last step: the process group ended, the profile files named."""
+    if built.parallel:
         import torch.distributed as dist
 
         dist.barrier()
         dist.destroy_process_group()
-    if profiler is not None and rank == 0:  # every rank's file is complete after the barrier
+    world_size = built.world_size
+    # every rank's profile is complete after the barrier
+    if profiling is not None and built.rank == 0:
+        from harness.trainer.profiling import profile_path
+
         written = [str(profile_path(flags.profile_layers, r, world_size)) for r in range(world_size)]
         print(f"layer profile written: {' '.join(written)}"
               + (f" (one per rank; `python -m harness.layout.suggest --profile "
@@ -252,29 +357,51 @@ def _train(flags, config, layout, tokens, microbatches: int, plan) -> int:
     return 0
 
 
-def _dump_gradients(directory, engine, rank, write_gradients, write_manifest) -> None:
-    entries = write_gradients(directory, engine.gradients(), rank=rank)
-    import torch.distributed as dist
+def _train(flags: TrainerFlags, config, layout, tokens, microbatches: int,
+           plan: ParallelPlan | None) -> int:
+    """`microbatches`: per step over all data-parallel ranks; `plan`: the ParallelPlan, or None
+    on one device. The build steps, in order."""
+    from harness.trainer.data import StepBatches
 
-    if dist.is_available() and dist.is_initialized():
-        gathered: list = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, entries)
-        entries = [entry for rank_entries in gathered for entry in rank_entries]
-        if rank != 0:
-            return
-    write_manifest(directory, entries, step=1)
+    _prepare_process(flags)
+    built = build_single_device(flags) if plan is None else build_parallel(flags, plan, layout)
+    optimizer = build_optimizer(flags, built.engine)
+    batches = StepBatches(tokens, flags.batch_size, flags.sequence_length, microbatches)
+    profiling = build_profiler(flags, built, optimizer)
+    recorder = start_records(flags, built, config, layout, microbatches)
+    updates = start_update_dump(flags, built.engine, config)
+    train_loop(flags, built, optimizer, batches, profiling, recorder)
+    if updates is not None:
+        _dump_updates(updates, built.engine, config, built.rank, flags.num_iteration)
+    return finish(flags, built, profiling)
 
 
-def _dump_updates(directory, engine, config, initial, rank, steps, write_gradients,
-                  write_manifest) -> None:
+# --------------------------------------------------------------------------- the dumps
+
+
+def _dump_gradients(directory: str, engine: Engine, rank: int) -> list[dict]:
+    """--dump_gradients DIR: every parameter's gradient after the first step's backward."""
+    return _write_dump(directory, engine.gradients(), rank, step=1)
+
+
+def _dump_updates(updates: UpdateBaseline, engine: Engine, config, rank: int,
+                  steps: int) -> list[dict]:
     """`--dump_parameter_updates DIR`: every parameter's change over the run (final - initial),
     written as a gradient dump is (full tensors, single-device names, one manifest)."""
     from harness.spec.models import spec_for_config
     from harness.trainer.gradient_dump import parameter_tensors
 
     final = dict(parameter_tensors(engine.parts, spec_for_config(config)))
-    changes = [(name, final[name].detach() - before) for name, before in initial]
-    entries = write_gradients(directory, engine.full_tensors(changes), rank=rank)
+    changes = [(name, final[name].detach() - before) for name, before in updates.initial]
+    return _write_dump(updates.directory, engine.full_tensors(changes), rank, step=steps)
+
+
+def _write_dump(directory: str, tensors, rank: int, step: int) -> list[dict]:
+    """This rank's files, then one manifest of every rank's, written by rank 0; returns the
+    manifest entries this rank knows of."""
+    from harness.trainer.gradient_dump import write_gradients, write_manifest
+
+    entries = write_gradients(directory, tensors, rank=rank)
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -282,5 +409,6 @@ def _dump_updates(directory, engine, config, initial, rank, steps, write_gradien
         dist.all_gather_object(gathered, entries)
         entries = [entry for rank_entries in gathered for entry in rank_entries]
         if rank != 0:
-            return
-    write_manifest(directory, entries, step=steps)
+            return entries
+    write_manifest(directory, entries, step=step)
+    return entries
