@@ -68,6 +68,9 @@ def test_a_config_outside_the_rootdir_runs_and_the_summary_says_where(
         f"session folder: {session.resolve()}",
         "trainer: command (fake-1), device cpu",  # the trainer under test, stated
         "  fake / gpt2: 2 passed", "  fake / llama3: 1 passed",
+        # the session's cases joined the output folder's history (harness.history)
+        f"history: 3 cases appended to {out / 'history' / 'history.jsonl'} "
+        f"(python -m harness.history {out})",
         baseline_summary([{"trainer": "command"}]),  # a foreign trainer: none checked
         f"report: python -m harness.report {session.resolve()}",
         lines[-1]]

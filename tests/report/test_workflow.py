@@ -60,5 +60,27 @@ def test_report_summary_and_artifacts_run_even_after_failures():
     assert "python -m harness.report" in report["run"] and "$GITHUB_STEP_SUMMARY" in report["run"]
     assert "python -m harness.report.artifacts" in report["run"]
     uploads = [s for s in _steps() if str(s.get("uses", "")).startswith("actions/upload-artifact")]
-    assert len(uploads) == 2 and all(s["if"].startswith("always()") for s in uploads)
+    assert len(uploads) == 3 and all(s["if"].startswith("always()") for s in uploads)
     assert any("failing-logs" in s["with"]["path"] for s in uploads)
+
+
+def test_the_history_is_kept_between_nights_and_rendered():
+    steps = _steps()
+    names = [s.get("name") for s in steps]
+    uses = [str(s.get("uses", "")) for s in steps]
+    restore = uses.index("actions/cache/restore@v4")
+    save = uses.index("actions/cache/save@v4")
+    session = names.index("Precision cases")
+    assert restore < session < names.index("Report") < save
+    # The same folder each way; restored from the newest night's entry, saved as a new one.
+    assert steps[restore]["with"]["path"] == steps[save]["with"]["path"] \
+        == "${{ env.HARNESS_OUTPUT }}/history"
+    assert steps[restore]["with"]["restore-keys"] == "harness-history-"
+    assert steps[save]["with"]["key"] == steps[restore]["with"]["key"] \
+        == "harness-history-${{ github.run_id }}"
+    assert steps[save]["if"].startswith("always()")  # a red night is history too
+    report = steps[names.index("Report")]["run"]
+    assert '--history "$HARNESS_OUTPUT"' in report  # the report's "Since last week"
+    assert 'python -m harness.history "$HARNESS_OUTPUT"' in report
+    upload = next(s for s in steps if s.get("name") == "Upload the history")
+    assert "history.md" in upload["with"]["path"] and "history.csv" in upload["with"]["path"]
