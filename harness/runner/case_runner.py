@@ -46,7 +46,7 @@ from .checkpoints import (
     reroot_checkpoints,
     wait_for_checkpoint,
 )
-from .diagnosis import crash_text, mismatch_text
+from .diagnosis import SELF_CHECK, crash_text, mismatch_text
 from .planned_layout import layout_from_flags, layout_problem, num_layers
 from .record import now, set_layout, start_record, throughput
 from .settings import Outcome, Settings
@@ -464,8 +464,12 @@ class CaseRunner:
         if baseline_failed:
             lines = ([] if not verdict.ok else ["self-check (against its own single-device "
                                                 "run): passed"]) + lines + baseline.lines()
+        # The header (the record's reason, the bisect's verdict line) names what it differs
+        # from: a self-check that passed is not "differs from the single-device reference".
+        against = (() if verdict.ok else (SELF_CHECK,)) + \
+            ((f"the {baseline.source} baseline",) if baseline_failed else ())
         return Outcome("failed", mismatch_text(case, lines, spec.output_dir,
-                                               reference.path, launched.result.argv))
+                                               reference.path, launched.result.argv, against))
 
     # ------------------------------------------------------------------ pieces
 

@@ -45,10 +45,14 @@ def crash_text(case: Case, spec: LaunchSpec, result: ProcessResult, failing: str
     return "\n".join(lines + [line for section in shown for line in section])
 
 
+SELF_CHECK = "the single-device reference"
+
+
 def mismatch_text(case: Case, lines: list[str], output_dir: Path, reference_path: Path,
-                  argv) -> str:
-    """The loss and gradient diff lines, indented under a header, then where to look."""
-    header = f"{case.name}: the run differs from the single-device reference"
+                  argv, against: tuple[str, ...] = (SELF_CHECK,)) -> str:
+    """The loss and gradient diff lines, indented under a header naming what the run differs
+    from (its own single-device reference, a baseline, or both), then where to look."""
+    header = f"{case.name}: the run differs from {' and from '.join(against)}"
     footer = [f"run folder: {output_dir}", f"reference: {reference_path}",
               f"command: {shlex.join(argv)}"]
     return "\n".join([header, *("  " + l for l in "\n".join(lines).splitlines()), *footer])

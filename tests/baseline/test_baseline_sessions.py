@@ -61,6 +61,10 @@ def test_a_kernel_bug_every_configuration_shares_is_caught_by_the_baseline_only(
         assert record["baseline"]["status"] == "failed", (name, record["baseline"])
         assert record["baseline"]["first_diverging_step"] == 1, record["baseline"]
         assert record["status"] == "failed"
+        # the reason names the verdict that failed, not the self-check that passed
+        assert record["reason"].startswith(f"{name}: the run differs from the "), record
+        assert "single-device reference" not in record["reason"].splitlines()[0], record
+        assert "baseline" in record["reason"].splitlines()[0], record
     assert "self-check (against its own single-device run): passed" in result.stdout
     assert "baseline (" in result.stdout and "first diverging step 1" in result.stdout
 

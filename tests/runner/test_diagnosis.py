@@ -137,3 +137,18 @@ def test_mismatch_text_indents_the_diff_under_a_header_then_where_to_look(tmp_pa
         "  losses: mismatched 1 of 4 steps", "  gradients:", "    h.1: 0.25",
         f"run folder: {tmp_path / 'run'}", f"reference: {tmp_path / 'ref'}",
         "command: launcher 'a b'"]
+
+
+def test_mismatch_text_names_what_the_run_differs_from(tmp_path):
+    """A case whose self-check passed and whose baseline failed (a kernel bug every
+    configuration shares) read "differs from the single-device reference" in its reason and in
+    the bisect's verdict line, which is the verdict it had passed (seen in the bisect of a
+    planted InfiniTrain RMSNorm commit). Plant: mismatch_text's header fixed again."""
+    where = (tmp_path / "run", tmp_path / "ref", ["x"])
+    first = [mismatch_text(CASE, [], *where, against=against).splitlines()[0]
+             for against in (("the pytorch (live) baseline",),
+                             ("the single-device reference", "the pytorch (live) baseline"))]
+    assert first == [
+        "basic/gpt2/pp2: the run differs from the pytorch (live) baseline",
+        "basic/gpt2/pp2: the run differs from the single-device reference and from the "
+        "pytorch (live) baseline"]
