@@ -17,7 +17,7 @@ from harness.report.reading import DEFAULT_ROOT
 from harness.results.location import env_output
 
 from .findings import all_findings, since
-from .render import document, write_csv
+from .render import TABLE_NIGHTS, document, write_csv
 from .run_folders import read_run_folders
 from .store import append_rows, history_path, read_history, sync
 
@@ -39,33 +39,48 @@ def parser() -> argparse.ArgumentParser:
                         "run_metadata.log), or a folder of them, to add to the history "
                         "(repeatable)")
     p.add_argument("--no-plots", action="store_true", help="tables only, no PNG files")
+    p.add_argument("--nights", type=int, default=TABLE_NIGHTS, metavar="N",
+                   help=f"the newest nights each case's table shows (default {TABLE_NIGHTS}; "
+                        "0: every night); the plots, the findings and --csv take every night")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.nights < 0:
+        p.error(f"--nights {args.nights}: expected 0 (every night) or more")
     output = Path(args.output) if args.output else (env_output() or DEFAULT_ROOT)
     if not output.is_dir():
         print(f"harness.history: {output}: no such folder; expected an output folder "
               "(holding sessions/), e.g. the pytest run's --harness-output", file=sys.stderr)
         return 2
-    added, notes = sync(output)
+    # One read of the history (a year of nights is 73,000 rows), read again only when this
+    # run added to it: a session's cases are appended at its finish, so a nightly adds none.
+    history = read_history(history_path(output))
+    added, notes = sync(output, history)
+    imported = 0
     if args.runs:
         rows, problems = read_run_folders([Path(r) for r in args.runs])
         notes += problems
         imported = append_rows(history_path(output), rows)
         print(f"imported {imported} run{'s' * (imported != 1)} "
               f"({len(rows) - imported} already in the history)")
-    history = read_history(history_path(output))
+    if added or imported:
+        first_read = history.notes
+        history = read_history(history_path(output))
+        history.notes[:0] = first_read
     history.notes[:0] = notes
     for note in history.notes:
         print(f"harness.history: {note}", file=sys.stderr)
     markdown = Path(args.markdown) if args.markdown else history_path(output).with_name(
         "history.md")
-    text, images = document(history, markdown.parent, with_plots=not args.no_plots)
+    found = all_findings(history.rows)
+    recent = since(history.rows, found=found)
+    text, images = document(history, markdown.parent, with_plots=not args.no_plots,
+                            found=found, table_nights=args.nights)
     markdown.parent.mkdir(parents=True, exist_ok=True)
     markdown.write_text(text)
-    found, recent = all_findings(history.rows), since(history.rows)
     sessions = len({(r.session, r.date) for r in history.rows})
     print(f"history: {markdown.resolve()} ({sessions} session{'s' * (sessions != 1)}, "
           f"{len({r.name for r in history.rows})} cases, {added} row{'s' * (added != 1)} "

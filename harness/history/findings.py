@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from .rows import HistoryRow
 from .store import when
@@ -64,6 +65,29 @@ class StepAt:
     z: float  # in standard errors of the difference of the two levels
 
 
+def _levels(x: np.ndarray, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                      np.ndarray]:
+    """For every candidate night t in [t0, t1): the median of the up to BEFORE nights before it,
+    the mean of the up to AFTER nights from it on, and how many nights each was taken over.
+    The windows are whole (BEFORE and AFTER nights) in the middle of a series: those are taken
+    in one vectorized pass; only the few cut short at its ends are taken one by one."""
+    n = len(x)
+    t = np.arange(t0, t1)
+    n_before = np.minimum(t, BEFORE)
+    n_after = np.minimum(n - t, AFTER)
+    base, level = np.empty(len(t)), np.empty(len(t))
+    whole = (t >= BEFORE) & (t + AFTER <= n)
+    if whole.any():
+        first, last = int(t[whole][0]), int(t[whole][-1])
+        base[whole] = np.median(sliding_window_view(x[first - BEFORE:last], BEFORE), axis=1)
+        level[whole] = sliding_window_view(x[first:last + AFTER], AFTER).mean(axis=1)
+    for i in np.flatnonzero(~whole):
+        k = int(t[i])
+        base[i] = np.median(x[k - n_before[i]:k])
+        level[i] = np.mean(x[k:k + n_after[i]])
+    return base, level, n_before, n_after
+
+
 def find_steps(values: list[float], *, z_min: float = STEP_Z, floor: float = MIN_STEP
                ) -> list[StepAt]:
     """Every step in a series (oldest first), strongest first among overlapping candidates."""
@@ -72,18 +96,18 @@ def find_steps(values: list[float], *, z_min: float = STEP_Z, floor: float = MIN
     if n < MIN_BEFORE + MIN_AFTER:
         return []
     sigma = series_noise(x)
+    t0 = MIN_BEFORE
+    base, level, n_before, n_after = _levels(x, t0, n - MIN_AFTER + 1)
+    shift = level - base
+    se = sigma * np.sqrt(1 / n_after + MEDIAN_EFFICIENCY ** 2 / n_before)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, np.abs(shift) / np.where(se > 0, se, 1.0), math.inf)
     candidates = []
-    for t in range(MIN_BEFORE, n - MIN_AFTER + 1):
-        before, after = x[max(0, t - BEFORE):t], x[t:t + AFTER]
-        base, level = float(np.median(before)), float(np.mean(after))
-        shift = level - base
-        if abs(shift) < math.log1p(floor):
-            continue
-        se = sigma * math.sqrt(1 / len(after) + MEDIAN_EFFICIENCY ** 2 / len(before))
-        z = abs(shift) / se if se > 0 else math.inf
-        if z < z_min or not np.all((after - base) * math.copysign(1, shift) > abs(shift) / 2):
-            continue
-        candidates.append(StepAt(t, math.exp(shift), z))
+    for i in np.flatnonzero((np.abs(shift) >= math.log1p(floor)) & (z >= z_min)):
+        t, move = t0 + int(i), float(shift[i])
+        after = x[t:t + AFTER]
+        if np.all((after - base[i]) * math.copysign(1, move) > abs(move) / 2):
+            candidates.append(StepAt(t, math.exp(move), float(z[i])))
     chosen: list[StepAt] = []
     for c in sorted(candidates, key=lambda c: (-c.z, c.index)):
         if all(abs(c.index - k.index) >= AFTER for k in chosen):
@@ -123,7 +147,10 @@ def _night(row: HistoryRow) -> str:
     return f"{row.date[:10]} (session {row.session}, build {row.build_label})"
 
 
-def _series(rows: list[HistoryRow]) -> dict[tuple, list[HistoryRow]]:
+SeriesOf = dict[tuple, list[HistoryRow]]  # (config, machine, case) -> its rows, oldest first
+
+
+def _series(rows: list[HistoryRow]) -> SeriesOf:
     """One series per (config, machine, case), oldest first; sessions of one config and machine
     only, so another config or a machine change is never a step."""
     groups: dict[tuple, list[HistoryRow]] = {}
@@ -132,9 +159,9 @@ def _series(rows: list[HistoryRow]) -> dict[tuple, list[HistoryRow]]:
     return groups
 
 
-def metric_steps(rows: list[HistoryRow]) -> list[Finding]:
+def metric_steps(rows: list[HistoryRow], series_of: SeriesOf | None = None) -> list[Finding]:
     found = []
-    for (config, machine, name), series in _series(rows).items():
+    for (config, machine, name), series in (series_of or _series(rows)).items():
         for field, label in METRICS.items():
             points = [r for r in series if r.status in ("passed", "failed", "ran")
                       and (v := getattr(r, field)) is not None and math.isfinite(v) and v > 0]
@@ -162,9 +189,9 @@ def find_drift(margins: list[float]) -> tuple[int, float, float] | None:
     return finite[0][0], values[0], values[-1]
 
 
-def margin_drift(rows: list[HistoryRow]) -> list[Finding]:
+def margin_drift(rows: list[HistoryRow], series_of: SeriesOf | None = None) -> list[Finding]:
     found = []
-    for (config, machine, name), series in _series(rows).items():
+    for (config, machine, name), series in (series_of or _series(rows)).items():
         recent: list[HistoryRow] = []
         for row in reversed(series):  # the newest run of passed nights
             if row.status != "passed":
@@ -183,9 +210,9 @@ def margin_drift(rows: list[HistoryRow]) -> list[Finding]:
     return found
 
 
-def status_changes(rows: list[HistoryRow]) -> list[Finding]:
+def status_changes(rows: list[HistoryRow], series_of: SeriesOf | None = None) -> list[Finding]:
     found = []
-    for (config, machine, name), series in _series(rows).items():
+    for (config, machine, name), series in (series_of or _series(rows)).items():
         judged = [r for r in series if r.status in ("passed", *BAD)]
         builds: dict[str, list[HistoryRow]] = {}
         for row in judged:
@@ -218,17 +245,21 @@ def status_changes(rows: list[HistoryRow]) -> list[Finding]:
 
 
 def all_findings(rows: list[HistoryRow]) -> list[Finding]:
-    return sorted(status_changes(rows) + margin_drift(rows) + metric_steps(rows),
-                  key=lambda f: (when(f.row), f.name, f.kind))
+    series_of = _series(rows)  # once: a year of nights is 73,000 rows to sort
+    return sorted(status_changes(rows, series_of) + margin_drift(rows, series_of)
+                  + metric_steps(rows, series_of), key=lambda f: (when(f.row), f.name, f.kind))
 
 
-def since(rows: list[HistoryRow], days: float = 7.0) -> list[Finding]:
-    """What started within `days` of the newest night (a drift still going on counts)."""
+def since(rows: list[HistoryRow], days: float = 7.0, found: list[Finding] | None = None
+          ) -> list[Finding]:
+    """What started within `days` of the newest night (a drift still going on counts); of
+    `found` when the rows' findings are at hand (all_findings(rows)), else found now."""
     if not rows:
         return []
     newest = max(when(r) for r in rows)
     start = newest - timedelta(days=days)
-    return [f for f in all_findings(rows) if f.kind == "drift" or when(f.row) > start]
+    found = all_findings(rows) if found is None else found
+    return [f for f in found if f.kind == "drift" or when(f.row) > start]
 
 
 def last_change(series: list[HistoryRow]) -> HistoryRow | None:

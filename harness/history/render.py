@@ -22,6 +22,10 @@ from .store import History, when
 COLUMNS = ("date", "session", "machine", "build", "status", "loss margin", "grad margin",
            "last loss", "tokens/s", "± (2 s.e.)", "step ms", "peak MB")
 NA = "–"
+# A case's table shows its newest nights: a year of 200 cases in full is 73,000 table lines
+# (9.5 MB of markdown, which no reader scrolls and GitHub does not render); the plots and the
+# findings always take every night.
+TABLE_NIGHTS = 30
 
 
 def _g(value: float | None, digits: int = 4) -> str:
@@ -76,17 +80,22 @@ def _findings(title: str, found: list[Finding]) -> list[str]:
     return lines + [""]
 
 
-def since_section(rows: list[HistoryRow], days: float = 7.0, config: str | None = None
-                  ) -> list[str]:
+def since_section(rows: list[HistoryRow], days: float = 7.0, config: str | None = None,
+                  found: list[Finding] | None = None) -> list[str]:
     """The nightly report's "Since last week": the findings that started in the last `days`
-    (of one config's sessions when given); no lines when nothing changed."""
+    (of one config's sessions when given; `found`: those rows' findings when at hand); no
+    lines when nothing changed."""
     rows = [r for r in rows if config is None or r.config == config]
-    found = since(rows, days)
-    return _findings("## Since last week", found)
+    return _findings("## Since last week", since(rows, days, found))
 
 
-def document(history: History, folder: Path, with_plots: bool = True) -> tuple[str, list[Path]]:
-    """history.md's text, and the plots written beside it in `folder`."""
+def document(history: History, folder: Path, with_plots: bool = True,
+             found: list[Finding] | None = None, table_nights: int = TABLE_NIGHTS
+             ) -> tuple[str, list[Path]]:
+    """history.md's text, and the plots written beside it in `folder`; `found`: the history's
+    findings (all_findings(history.rows)) when the caller has them already; `table_nights`: the
+    newest nights each case's table shows (0: all; the plots always show every night)."""
+    found = all_findings(history.rows) if found is None else found
     rows = history.rows
     images: list[Path] = []
     nights = {(r.session, r.date) for r in rows}
@@ -109,10 +118,13 @@ def document(history: History, folder: Path, with_plots: bool = True) -> tuple[s
         mine = [r for r in rows if r.config == config]
         if len(configs) > 1:
             lines += [f"## Config `{config}`", ""]
-        lines += since_section(mine) if len(configs) == 1 else [
-            line.replace("## ", "### ", 1) for line in since_section(mine)]
+        # a finding is of one config's series (findings._series), so these are mine's own
+        theirs = [f for f in found if f.config == config]
+        recent = since_section(mine, found=theirs)
+        lines += recent if len(configs) == 1 else [
+            line.replace("## ", "### ", 1) for line in recent]
         lines += _findings("## All findings" if len(configs) == 1 else "### All findings",
-                           all_findings(mine))
+                           theirs)
         groups: dict[tuple[str, str], dict[str, list[HistoryRow]]] = {}
         for row in mine:
             groups.setdefault((row.tag, row.model), {}).setdefault(row.name, []).append(row)
@@ -132,8 +144,13 @@ def document(history: History, folder: Path, with_plots: bool = True) -> tuple[s
                 lines += [f"{depth}# `{name}`", "", _change_line(series), "",
                           "| " + " | ".join(COLUMNS) + " |",
                           "|" + "---|" * len(COLUMNS)]
-                lines += [table_row(r) for r in reversed(series)]
+                shown = series[::-1][:table_nights] if table_nights else series[::-1]
+                lines += [table_row(r) for r in shown]
                 lines.append("")
+                if len(shown) < len(series):
+                    lines += [f"{len(series) - len(shown)} older nights not shown (every "
+                              "night: `python -m harness.history DIR --csv FILE`, or "
+                              "`--nights 0`).", ""]
     return "\n".join(lines).rstrip() + "\n", images
 
 

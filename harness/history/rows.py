@@ -56,11 +56,20 @@ class HistoryRow:
     format: str = HISTORY_FORMAT
 
     def __post_init__(self) -> None:
+        values = self.__dict__
+        # Whether a value fits its field depends on its type alone, and the rows of a history
+        # share a few type patterns: each pattern is checked field by field once (a year of
+        # nights is 73,000 rows of 27 fields).
+        pattern = tuple(map(type, map(values.__getitem__, _NAMES_IN_ORDER)))
+        if pattern not in _PATTERNS_CHECKED:
+            for name, types, allows_bool in _FIELD_TYPES:
+                value = values[name]
+                if not isinstance(value, types) or (value.__class__ is bool
+                                                    and not allows_bool):
+                    raise ValueError(f"history row {self.name!r} of {self.session!r}: {name} "
+                                     f"= {value!r}, expected {_HINTS[name]}")
+            _PATTERNS_CHECKED.add(pattern)
         where = f"history row {self.name!r} of {self.session!r}"
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if not _fits(value, f.type):
-                raise ValueError(f"{where}: {f.name} = {value!r}, expected {f.type}")
         if self.status not in STATUSES:
             raise ValueError(f"{where}: status {self.status!r}, expected one of "
                              f"{', '.join(STATUSES)}")
@@ -100,12 +109,19 @@ class HistoryRow:
         if not isinstance(data, dict):
             raise ValueError(f"{where}: a history row is a JSON object, not "
                              f"{type(data).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
+        if not _NAMES.issuperset(data):
+            unknown = sorted(set(data) - _NAMES)
             raise ValueError(f"{where}: unknown key {unknown[0]!r} in a {HISTORY_FORMAT} row")
-        values = {k: (_float_back(v) if k in _FLOATS else v) for k, v in data.items()}
+        values = data
+        written = [k for k in _FLOATS if data.get(k).__class__ is str]  # "inf", "nan"
+        if written:
+            values = {**data, **{k: _float_back(data[k]) for k in written}}
         try:
+            if len(values) == len(_NAMES):  # every field given, as the history writes rows:
+                row = object.__new__(cls)  # the frozen __init__'s 27 setattr calls skipped
+                row.__dict__.update(values)
+                row.__post_init__()
+                return row
             return cls(**values)
         except TypeError as error:  # a required key missing
             raise ValueError(f"{where}: {error}") from None
@@ -113,20 +129,23 @@ class HistoryRow:
             raise ValueError(f"{where}: {error}") from None
 
 
-_FLOATS = {f.name for f in dataclasses.fields(HistoryRow) if "float" in str(f.type)}
+_HINTS = {f.name: str(f.type) for f in dataclasses.fields(HistoryRow)}
+_NAMES = frozenset(_HINTS)
+_FLOATS = {name for name, hint in _HINTS.items() if "float" in hint}
+_KINDS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
+          "None": (type(None),)}
 
 
-def _fits(value: Any, hint: str) -> bool:
-    kinds = [part.strip() for part in str(hint).split("|")]
-    if value is None:
-        return "None" in kinds
-    if isinstance(value, bool):
-        return "bool" in kinds
-    if "float" in kinds and isinstance(value, (int, float)):
-        return True
-    if "int" in kinds and isinstance(value, int):
-        return True
-    return "str" in kinds and isinstance(value, str)
+def _types(hint: str) -> tuple[tuple[type, ...], bool]:
+    """A field's annotation (`float | None`) as the types a value may have, and whether a bool
+    is one of them (bool is an int to isinstance; a float field given True is refused)."""
+    kinds = [part.strip() for part in hint.split("|")]
+    return tuple(t for kind in kinds for t in _KINDS[kind]), "bool" in kinds
+
+
+_FIELD_TYPES = tuple((name, *_types(hint)) for name, hint in _HINTS.items())
+_NAMES_IN_ORDER = tuple(_HINTS)
+_PATTERNS_CHECKED: set[tuple[type, ...]] = set()  # value types known to fit (__post_init__)
 
 
 def _json_float(value: Any) -> Any:

@@ -23,6 +23,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 from filelock import FileLock
@@ -47,11 +48,16 @@ _NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 def when(row: HistoryRow) -> datetime:
     """The row's date as an aware time (no zone given: UTC; an unreadable date sorts first)."""
+    return _moment(row.date)
+
+
+@lru_cache(maxsize=4096)  # one date per session: a year of 200 cases parses 365, not 73,000
+def _moment(date: str) -> datetime:
     try:
-        moment = datetime.fromisoformat(row.date)
+        moment = datetime.fromisoformat(date)
     except ValueError:
         try:
-            moment = datetime.strptime(row.date, "%Y-%m-%dT%H:%M:%S%z")
+            moment = datetime.strptime(date, "%Y-%m-%dT%H:%M:%S%z")
         except ValueError:
             return _NEVER
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
@@ -88,6 +94,35 @@ def _read_unlocked(path: Path) -> tuple[list[HistoryRow], list[tuple[int, str, s
         except ValueError as error:
             bad.append((line.number, line.text, str(error).split(": ", 1)[-1]))
     return rows, bad
+
+
+def _keyed_unlocked(path: Path) -> dict[tuple, list[dict]]:
+    """Each line that could be a row by its key (session, date, case), without building the
+    rows: what an append needs, at every session's finish, of a history of every night. A key
+    is trusted only once its line is checked to be a row (`_is_row`), for the few keys a caller
+    asks about; a line that is no row is kept aside by read_history, not here."""
+    keyed: dict[tuple, list[dict]] = {}
+    try:
+        lines = scan_jsonl(path)
+    except FileNotFoundError:
+        return keyed
+    for line in lines:
+        value = line.value
+        if isinstance(value, dict):
+            key = (value.get("session"), value.get("date"), value.get("name"))
+            keyed.setdefault(key, []).append(value)
+    return keyed
+
+
+def _is_row(values: list[dict]) -> bool:
+    """Whether one of these lines' values is a valid row (a row the history holds)."""
+    for value in values:
+        try:
+            HistoryRow.from_json(value, "")
+            return True
+        except ValueError:
+            continue
+    return False
 
 
 def read_history(path: str | os.PathLike) -> History:
@@ -130,12 +165,11 @@ def append_rows(path: str | os.PathLike, rows: list[HistoryRow]) -> int:
     were new."""
     path = Path(path)
     with _lock(path):
-        existing, _bad = _read_unlocked(path)
-        keys = {r.key for r in existing}
+        keyed = _keyed_unlocked(path)
         new = []
         for row in rows:
-            if row.key not in keys:
-                keys.add(row.key)
+            if row.key not in keyed or not _is_row(keyed[row.key]):
+                keyed[row.key] = [row.to_json()]
                 new.append(row)
         if not new:
             return 0
@@ -177,14 +211,16 @@ def session_folders(output: Path) -> list[Path]:
                   if (p / RESULTS_NAME).is_file() or (p / HEADER_NAME).is_file())
 
 
-def sync(output: str | os.PathLike) -> tuple[int, list[str]]:
+def sync(output: str | os.PathLike, history: History | None = None) -> tuple[int, list[str]]:
     """Append every session under `<output>/sessions/` the history lacks: (rows added, one line
-    per thing said: a folder that is a copy of another session, unreadable lines)."""
+    per thing said: a folder that is a copy of another session, unreadable lines). `history`:
+    the history as just read (read_history), when the caller has it: its sessions are known."""
     output = Path(output)
     path = history_path(output)
     notes: list[str] = []
-    existing, _bad = _read_unlocked(path) if path.exists() else ([], [])
-    known = {(r.session, r.date) for r in existing}
+    if history is None:
+        history = read_history(path)
+    known = {(r.session, r.date) for r in history.rows}
     first_folder: dict[tuple[str, str], Path] = {}
     rows: list[HistoryRow] = []
     for folder in session_folders(output):

@@ -145,3 +145,52 @@ def test_last_change_is_the_newest_status_flip():
 def test_the_thresholds_are_the_documented_ones():
     # benchmarks/history_detection.py chose them; a change there is a change here
     assert (findings.STEP_Z, findings.MIN_STEP) == (3.5, 0.02)
+
+
+def _plain_find_steps(values, z_min=findings.STEP_Z, floor=findings.MIN_STEP):
+    """The step rule read plainly, one candidate night at a time (find_steps before it was
+    vectorized for a year of nights): the reference its vectorized windows must equal."""
+    import math
+    x = np.log(np.asarray(values, dtype=float))
+    n = len(x)
+    if n < findings.MIN_BEFORE + findings.MIN_AFTER:
+        return []
+    sigma = findings.series_noise(x)
+    candidates = []
+    for t in range(findings.MIN_BEFORE, n - findings.MIN_AFTER + 1):
+        before, after = x[max(0, t - findings.BEFORE):t], x[t:t + findings.AFTER]
+        base, level = float(np.median(before)), float(np.mean(after))
+        shift = level - base
+        if abs(shift) < math.log1p(floor):
+            continue
+        se = sigma * math.sqrt(1 / len(after) + findings.MEDIAN_EFFICIENCY ** 2 / len(before))
+        z = abs(shift) / se if se > 0 else math.inf
+        if z < z_min or not np.all((after - base) * math.copysign(1, shift) > abs(shift) / 2):
+            continue
+        candidates.append((t, math.exp(shift), z))
+    chosen = []
+    for c in sorted(candidates, key=lambda c: (-c[2], c[0])):
+        if all(abs(c[0] - k[0]) >= findings.AFTER for k in chosen):
+            chosen.append(c)
+    return sorted(chosen)
+
+
+def test_the_vectorized_step_rule_equals_the_rule_read_plainly():
+    """Every length from too short to a year, quiet, stepped (down and up), flat (no noise),
+    spiked. Plant: a window one night off in findings._levels (`x[first - BEFORE:last]` ->
+    `x[first - BEFORE + 1:last + 1]`)."""
+    rng = np.random.default_rng(11)
+    compared = 0
+    for i in range(400):
+        n = int(rng.integers(1, 80)) if i < 380 else 365
+        values = 1000 * np.exp(rng.normal(0, float(rng.choice([0.0, 0.005, 0.02])), n))
+        if n > 8 and i % 3:
+            values[int(rng.integers(1, n)):] *= float(rng.choice([0.9, 0.95, 1.05, 1.3]))
+        if n > 3 and i % 7 == 0:
+            values[int(rng.integers(0, n))] *= 0.6
+        got = [(s.index, s.ratio, s.z) for s in find_steps(list(values))]
+        want = _plain_find_steps(list(values))
+        assert [g[0] for g in got] == [w[0] for w in want], (i, n)
+        assert np.allclose([g[1:] for g in got], [w[1:] for w in want]) if got else True
+        compared += bool(want)
+    assert compared > 100  # the sweep holds steps, not only quiet series

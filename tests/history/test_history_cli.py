@@ -61,6 +61,28 @@ def test_history_md_has_a_table_per_case_newest_first_with_plots_and_findings(tm
     assert {r["status"] for r in rows if r["case"] == "tp2"} == {"passed", "failed"}
 
 
+def test_a_case_table_shows_its_newest_nights_and_says_how_many_are_left_out(tmp_path,
+                                                                            capsys):
+    """A year of 200 cases in full was 73,000 table lines (9.5 MB of markdown); a table shows
+    the newest --nights (default 30), says how many are left out and where they are, and
+    --nights 0 shows every one. Plant: the cap applied oldest first (`series[:n]`)."""
+    out = tmp_path / "out"
+    nights(out, n=12)
+    assert history_main([str(out), "--no-plots", "--nights", "5"]) == 0
+    table = (out / "history" / "history.md").read_text().split("### `basic/gpt2/pp2`")[1]
+    table = table.split("###")[0]
+    dates = [line.split(" | ")[0].lstrip("| ") for line in table.splitlines()
+             if line.startswith("| 2026")]
+    assert dates == ["2026-11-12 02:17", "2026-11-11 02:17", "2026-11-10 02:17",
+                     "2026-11-09 02:17", "2026-11-08 02:17"]
+    assert "7 older nights not shown (every night: `python -m harness.history DIR --csv " \
+        "FILE`, or `--nights 0`)." in table
+    assert history_main([str(out), "--no-plots", "--nights", "0"]) == 0
+    text = (out / "history" / "history.md").read_text()
+    assert "older nights not shown" not in text and text.count("| 2026-11-01") == 2
+    capsys.readouterr()
+
+
 def test_the_nightly_report_says_what_changed_since_last_week_and_nothing_otherwise(tmp_path,
                                                                                     capsys):
     out = tmp_path / "out"

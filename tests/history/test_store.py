@@ -109,6 +109,22 @@ def test_an_append_after_a_cut_line_does_not_glue_onto_it(tmp_path):
     assert "truncated" not in history.notes[0] and "not JSON" in history.notes[0]
 
 
+def test_an_append_is_not_blocked_by_a_damaged_line_of_the_same_key(tmp_path):
+    """An append reads only the keys of the lines (a year of nights at every session's finish),
+    but a key is trusted only when its line is a row: a damaged line of the same session, date
+    and case must not stop the real row from being recorded. Plant: append_rows taking every
+    key as held (`if row.key not in keyed`)."""
+    path = history_path(tmp_path)
+    damaged = {**row(0).to_json(), "status": "exploded"}  # JSON, its key, but no row
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(damaged) + "\n")
+    assert append_rows(path, [row(0)]) == 1
+    assert append_rows(path, [row(0)]) == 0  # now held: not twice
+    history = read_history(path)
+    assert [r.status for r in history.rows] == ["passed"]
+    assert "status 'exploded'" in history.notes[0]
+
+
 def test_a_row_of_another_format_is_kept_aside_with_the_reason(tmp_path):
     path = history_path(tmp_path)
     append_rows(path, [row(0)])
