@@ -28,6 +28,7 @@ UNIT, HEAVY, SUBPROCESS, TORCHRUN, GPU = TIERS
 MODULES: dict[str, str] = {
     "configs/test_config.json": TORCHRUN,
     "tests/benchmarks/test_gpu_check.py": TORCHRUN,
+    "tests/benchmarks/test_history_detection.py": UNIT,
     "tests/benchmarks/test_mutation_script.py": UNIT,
     "tests/benchmarks/test_numerics_scripts.py": UNIT,
     "tests/benchmarks/test_solver_baselines.py": UNIT,

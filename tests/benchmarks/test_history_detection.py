@@ -1,0 +1,79 @@
+"""benchmarks/history_detection.py: its own logic (arguments, the detection table, the
+synthetic year it renders, the noise table read from a history), small and in process; no
+trainer run and no timing asserted."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import history_detection as bench  # noqa: E402
+
+from harness.history import findings  # noqa: E402
+from harness.history.store import append_rows, history_path, read_history  # noqa: E402
+from tests.history.nights import row  # noqa: E402
+
+
+def test_arguments_are_checked():
+    a = bench.parse_args(["detect", "--sigma", "0.01"])
+    assert (a.command, a.sigma, a.step, a.series) == ("detect", 0.01, 0.05, 1000)
+    assert bench.parse_args(["render"]).nights == 365
+    with pytest.raises(SystemExit):
+        bench.parse_args(["render", "--cases", "0"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["noise"])  # --out is required
+
+
+def test_the_detection_table_has_a_row_per_threshold_and_finds_a_clear_step():
+    table = bench.detection(sigma=0.005, step=0.05, n=40, seed=3)
+    assert [r[0] for r in table] == [f"{z:g}" + (" (STEP_Z)" if z == findings.STEP_Z else "")
+                                     for z in bench.Z_VALUES]
+    chosen = next(r for r in table if "STEP_Z" in r[0])
+    by_night = [float(x.rstrip("%")) for x in chosen[1:4]]
+    assert by_night == sorted(by_night) and by_night[-1] == 100.0  # 10 sigma: always found
+    assert float(chosen[4]) <= 2.5  # at most one false alarm in 40 quiet series
+
+
+def test_a_step_is_timed_from_its_first_night():
+    values = np.array([1000.0] * 20 + [900.0] * 3)
+    # flat before: one night after is not enough (MIN_AFTER), two are
+    assert bench.nights_to_find(values, 20, findings.STEP_Z) == 2
+    assert bench.nights_to_find(np.array([1000.0] * 23), 20, findings.STEP_Z) is None
+
+
+def test_the_synthetic_year_is_a_valid_history(tmp_path):
+    written = bench.synthetic_history(tmp_path, nights=3, cases=8)
+    history = read_history(history_path(tmp_path))
+    assert written == 24 and len(history.rows) == 24 and history.notes == []
+    assert {r.tag for r in history.rows} == {"basic", "pipeline", "tensor", "checkpoint"}
+    assert len({r.session for r in history.rows}) == 3
+
+
+def test_the_noise_table_reads_each_case_from_the_history(tmp_path):
+    rng = np.random.default_rng(0)
+    append_rows(history_path(tmp_path), [
+        row(i, name=name, tokens_per_s=float(1000 * np.exp(rng.normal(0, 0.02))))
+        for i in range(12) for name in ("basic/gpt2/1", "basic/llama3/1")]
+        + [row(12, "failed", name="basic/gpt2/1", tokens_per_s=10.0)])  # not a passed night
+    table, worst = bench.noise_table(tmp_path)
+    assert [r[0] for r in table] == ["basic/gpt2/1", "basic/llama3/1"]
+    assert [r[1] for r in table] == [12, 12]
+    assert 0.005 < worst < 0.06 and f"{worst:.4f}" == max(r[3] for r in table)
+
+
+def test_measured_noise_is_resampled_as_it_was_measured(tmp_path):
+    """Two levels 40% apart (a bimodal VM) stay two levels: the pool holds both deviations."""
+    append_rows(history_path(tmp_path), [row(i, tokens_per_s=4000.0 if i % 2 else 5600.0)
+                                         for i in range(9)])
+    pool = bench.measured_pool(tmp_path)
+    assert sorted(set(np.round(pool, 6))) == [round(np.log(4000 / 5600), 6), 0.0]
+    drawn = bench.series(np.random.default_rng(0), pool, 50, None, 1.0)
+    assert set(np.round(drawn)) == {714.0, 1000.0}  # 1000 x exp(each deviation)
+    with pytest.raises(SystemExit, match="no case with two passed nights"):
+        bench.measured_pool(tmp_path / "empty")
