@@ -42,7 +42,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .rows import HistoryRow
 from .store import when
 
-STEP_Z = 3.5  # standard errors; see the module docstring and benchmarks/history_detection.py
+STEP_Z = 4.0  # standard errors; see the module docstring and benchmarks/history_detection.py
 MIN_STEP = 0.02  # as a share
 BEFORE, AFTER = 14, 7  # nights on each side the medians are taken over
 MIN_BEFORE, MIN_AFTER = 5, 2

@@ -144,7 +144,7 @@ def test_last_change_is_the_newest_status_flip():
 
 def test_the_thresholds_are_the_documented_ones():
     # benchmarks/history_detection.py chose them; a change there is a change here
-    assert (findings.STEP_Z, findings.MIN_STEP, findings.BEYOND) == (3.5, 0.02, 0.1)
+    assert (findings.STEP_Z, findings.MIN_STEP, findings.BEYOND) == (4.0, 0.02, 0.1)
 
 
 def bimodal(n: int, seed: int, low: float = 0.71) -> list[float]:
