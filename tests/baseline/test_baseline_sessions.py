@@ -22,7 +22,7 @@ from tests.infinitrain_standin.build import make_build_dir
 from tests.infinitrain_standin.model_files import micro_model_vars
 
 CASES = ("basic/gpt2/1", "basic/gpt2/3")  # one device; 8 ranks (DP 8)
-SELECT = ["-k", "basic and gpt2 and not bfloat16 and not lora and (1 or 3)"]
+SELECT = ["-k", "basic and not bfloat16 and not lora and (gpt2/1 or gpt2/3)"]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_a_parallelism_bug_is_caught_by_the_self_check_only(standin, clean_sessi
 def test_the_live_pytorch_baseline_is_kept_apart_cached_and_skips_what_it_cannot_match(standin):
     root, build, var_args = standin
     out = root / "live"
-    select = ["-k", "gpt2 and not bfloat16 and (basic and 1 or 1_lora)"]
+    select = ["-k", "not bfloat16 and (basic and gpt2/1 or gpt2/1_lora)"]
     sessions = [run_session(root, build, var_args, out, *select, "--harness-baseline", "pytorch")
                 for _ in range(2)]
     for number, (result, records) in enumerate(sessions):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -143,7 +144,15 @@ def bisect(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300
                           env={**os.environ, **(env or {})})
 
 
+def _interruptible() -> None:
+    """In the child before it runs: SIGINT to its default. A shell that starts a job in the
+    background (`bash .ci/run &`, nohup'd) sets SIGINT to ignored for everything it starts, and
+    Python then installs no KeyboardInterrupt handler: a test sending SIGINT to the tool must
+    not depend on how its runner was started (seen: the Ctrl-C test timed out in such a run)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_bisect(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness.bisect", *args], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})}, preexec_fn=_interruptible)

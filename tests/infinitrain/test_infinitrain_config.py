@@ -162,7 +162,7 @@ def test_a_crashing_rank_under_infini_run_is_a_crash_not_a_diff(infinitrain):
     root, build, var_args = infinitrain
     result, records = run_session(
         root, build, var_args, root / "crash", "--infinitrain-launch", "infini_run",
-        "-m", "basic", "-k", "gpt2 and 3 and not bfloat16",
+        "-m", "basic", "-k", "gpt2/3 and not bfloat16",
         env={"STANDIN_CRASH_RANK": "1", "STANDIN_CRASH_STEP": "2"})
     output = result.stdout + result.stderr
     (record,) = records
@@ -223,7 +223,7 @@ def test_a_build_folder_without_the_binary_is_one_clear_line(infinitrain, tmp_pa
         [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir",
          str(root), "-p", "no:cacheprovider", "-q", "--harness-config", str(CONFIG),
          "--infinitrain-build", str(tmp_path / "empty"), "--gpus", "1", "--harness-output",
-         str(tmp_path / "out"), *var_args, "-k", "basic and gpt2 and 1 and not bfloat16"],
+         str(tmp_path / "out"), *var_args, "-k", "basic and gpt2/1 and not bfloat16"],
         cwd=root, capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert f"{tmp_path / 'empty'}: no `gpt2` binary in InfiniTrain's build folder" in output
@@ -263,7 +263,7 @@ def test_golden_records_replace_the_reference_and_say_where_they_came_from(infin
     missing golden are each one clear error."""
     root, build, var_args = infinitrain
     golden = root / "golden"
-    select = ("-m", "basic", "-k", "gpt2 and 6 and not bfloat16")
+    select = ("-m", "basic", "-k", "gpt2/6 and not bfloat16")
     _, records = run_session(root, build, var_args, root / "g-write", *select,
                              "--harness-golden-write", str(golden))
     assert [r["status"] for r in records] == ["passed"]
@@ -331,7 +331,7 @@ def test_a_signal_crash_is_named_with_the_binary_last_line(infinitrain):
     unbuffered glog (GLOG_logbuflevel=-1) has written."""
     root, build, var_args = infinitrain
     result, records = run_session(
-        root, build, var_args, root / "segv", "-m", "basic", "-k", "gpt2 and 1 and not bfloat16",
+        root, build, var_args, root / "segv", "-m", "basic", "-k", "gpt2/1 and not bfloat16",
         env={"STANDIN_CRASH_SIGNAL": "SEGV", "STANDIN_CRASH_STEP": "2"})
     output = result.stdout + result.stderr
     (record,) = records
@@ -366,7 +366,7 @@ def test_infinitrains_config_alone_selects_its_binaries_or_says_what_to_pass(inf
     scripts.mkdir(parents=True)
     config = scripts / "test_config.json"
     config.write_bytes(CONFIG.read_bytes())  # BUILD_DIR ../build: InfiniTrain/build
-    select = ["-m", "basic", "-k", "gpt2 and 1 and not bfloat16"]
+    select = ["-m", "basic", "-k", "gpt2/1 and not bfloat16"]
     output, records = _run_plain(root, config, root / "plain-missing", *var_args, *select)
     (record,) = records
     assert record["status"] == "error", output[-3000:]
