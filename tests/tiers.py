@@ -45,6 +45,7 @@ MODULES: dict[str, str] = {
     "tests/cases/test_node_ids.py": UNIT,
     "tests/cases/test_schema.py": UNIT,
     "tests/cases/test_validate.py": UNIT,
+    "tests/compare/test_baseline_judge.py": UNIT,
     "tests/compare/test_calibration.py": UNIT,
     "tests/compare/test_diff.py": UNIT,
     "tests/compare/test_disk.py": UNIT,
