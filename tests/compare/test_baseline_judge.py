@@ -19,7 +19,8 @@ def test_the_record_holds_every_field_by_its_name():
         "max_abs_diff": v.diffs[1], "max_rel_diff": v.diffs[1] / 4.1, "problem": None,
         "run_losses": [5.0, 4.0, 3.5], "base_losses": [5.0, 4.1, 3.5]}
     assert math.isclose(v.diffs[1], 0.1) and math.isclose(v.max_rel_diff, 0.1 / 4.1)
-    bad = bad_pairing("float32", "x: no")  # NaN differences are JSON null, never NaN
+    bad = bad_pairing("float32", "x: no")  # NaN differences (no number) are JSON null
+    assert math.isnan(bad.max_abs_diff) and math.isnan(bad.max_rel_diff)
     assert bad.to_dict()["max_abs_diff"] is None and bad.to_dict()["max_rel_diff"] is None
 
 
@@ -36,6 +37,8 @@ def test_a_step_exactly_at_the_threshold_or_at_the_print_resolution_passes():
     printed = judge_baseline([1], [1e-4], [1], [0.0], "float32", resolution=1e-4)
     assert printed.ok and printed.diffs == (1e-4,)
     assert judge_baseline([1], [2e-4], [1], [0.0], "float32", resolution=1e-4).ok is False
+    edge = 1e-4 * (1 + 1e-6)  # the resolution with its rounding slack: still the resolution
+    assert judge_baseline([1], [edge], [1], [0.0], "float32", resolution=1e-4).ok
 
 
 def test_each_bad_pairing_names_where_what_and_keeps_the_dtype():
