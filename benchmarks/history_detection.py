@@ -74,22 +74,27 @@ def run_sessions(out: Path, sessions: int, expr: str) -> list[float]:
     return walls
 
 
+def passed_log_tokens(out: Path) -> dict[str, list[float]]:
+    """Each case's log tokens/s over its passed nights, oldest first, from `out`'s history."""
+    by_case: dict[str, list[float]] = {}
+    for row in read_history(history_path(out)).rows:
+        if row.tokens_per_s and math.isfinite(row.tokens_per_s) and row.status == "passed":
+            by_case.setdefault(row.name, []).append(math.log(row.tokens_per_s))
+    return by_case
+
+
 def noise_table(out: Path) -> tuple[list[list], float]:
     """Per case: nights, mean tokens/s, the series noise (find_steps' estimator) and the plain
     standard deviation of log tokens/s; and the largest series noise."""
-    history = read_history(history_path(out))
-    series: dict[str, list[float]] = {}
-    for row in history.rows:
-        if row.tokens_per_s and math.isfinite(row.tokens_per_s) and row.status == "passed":
-            series.setdefault(row.name, []).append(row.tokens_per_s)
     table, worst = [], 0.0
-    for name, values in sorted(series.items()):
-        logs = np.log(np.asarray(values))
+    for name, logs in sorted(passed_log_tokens(out).items()):
+        logs = np.asarray(logs)
+        values = np.exp(logs)
         robust = findings.series_noise(logs)
         plain = float(np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
         worst = max(worst, robust)
         table.append([name, len(values), f"{np.mean(values):,.0f}", f"{robust:.4f}",
-                      f"{plain:.4f}", f"{(max(values) / min(values) - 1):.1%}"])
+                      f"{plain:.4f}", f"{(values.max() / values.min() - 1):.1%}"])
     return table, worst
 
 
@@ -99,12 +104,8 @@ def measured_pool(out: Path) -> np.ndarray:
     """Every passed night's log tokens/s less its case's median, over the cases of a
     history: the measured noise itself, to resample (it need not be normal: a shared VM's is
     bimodal)."""
-    history = read_history(history_path(out))
-    by_case: dict[str, list[float]] = {}
-    for row in history.rows:
-        if row.tokens_per_s and math.isfinite(row.tokens_per_s) and row.status == "passed":
-            by_case.setdefault(row.name, []).append(math.log(row.tokens_per_s))
-    pool = [x - float(np.median(xs)) for xs in by_case.values() if len(xs) > 1 for x in xs]
+    pool = [x - float(np.median(xs)) for xs in passed_log_tokens(out).values() if len(xs) > 1
+            for x in xs]
     if not pool:
         raise SystemExit(f"{history_path(out)}: no case with two passed nights and tokens/s")
     return np.asarray(pool)

@@ -56,6 +56,7 @@ class HistoryRow:
     format: str = HISTORY_FORMAT
 
     def __post_init__(self) -> None:
+        where = f"history row {self.name!r} of {self.session!r}"
         values = self.__dict__
         # Whether a value fits its field depends on its type alone, and the rows of a history
         # share a few type patterns: each pattern is checked field by field once (a year of
@@ -66,10 +67,8 @@ class HistoryRow:
                 value = values[name]
                 if not isinstance(value, types) or (value.__class__ is bool
                                                     and not allows_bool):
-                    raise ValueError(f"history row {self.name!r} of {self.session!r}: {name} "
-                                     f"= {value!r}, expected {_HINTS[name]}")
+                    raise ValueError(f"{where}: {name} = {value!r}, expected {_HINTS[name]}")
             _PATTERNS_CHECKED.add(pattern)
-        where = f"history row {self.name!r} of {self.session!r}"
         if self.status not in STATUSES:
             raise ValueError(f"{where}: status {self.status!r}, expected one of "
                              f"{', '.join(STATUSES)}")
