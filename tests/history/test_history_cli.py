@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from harness.history.cli import main as history_main
 from harness.report.cli import main as report_main
 
@@ -81,6 +83,10 @@ def test_a_case_table_shows_its_newest_nights_and_says_how_many_are_left_out(tmp
     text = (out / "history" / "history.md").read_text()
     assert "older nights not shown" not in text and text.count("| 2026-11-01") == 2
     capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # a negative count: one line naming the flag
+        history_main([str(out), "--nights", "-1"])
+    assert refused.value.code == 2
+    assert "--nights -1: expected 0 (every night) or more" in capsys.readouterr().err
 
 
 def test_the_nightly_report_says_what_changed_since_last_week_and_nothing_otherwise(tmp_path,
