@@ -1,5 +1,5 @@
-"""What a CaseRunner is given (Settings) and what it returns for a case (Outcome), and the
-one table of the harness's pytest options (Options) that Settings is built from.
+"""The harness's option table (Options), what a CaseRunner is given (Settings) and what it
+returns for a case (Outcome).
 
 Every harness option is a field of `Options`: its flag, type, choices, metavar and help are the
 field's metadata and its default is the field's default, and harness/plugin.py declares the
