@@ -73,8 +73,8 @@ _PREVIOUS_SIGTERM = pytest.StashKey[object]()
 def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
         config.stash[_PREVIOUS_SIGTERM] = signal.signal(signal.SIGTERM, _terminated)
-    options = Options.from_pytest(config.getoption)
     try:
+        options = Options.from_pytest(config.getoption)
         options.check()
         path = options.config_path(named_configs(config.args), config.rootpath)
     except ValueError as error:

@@ -42,6 +42,15 @@ class Option:
     # says why): an option whose value starts with "--".
     late: bool = False
 
+    def __post_init__(self) -> None:
+        if self.type not in (None, *_ACCEPTED) or self.action not in (None, "store_true",
+                                                                      "append"):
+            raise ValueError(f"option {self.flag}: type {self.type!r}, action {self.action!r}; "
+                             f"expected a type of None, int, float and an action of None, "
+                             f"store_true, append")
+        if self.choices is not None and not isinstance(self.choices, tuple):
+            raise ValueError(f"option {self.flag}: choices {self.choices!r}; expected a tuple")
+
 
 @dataclass(frozen=True)
 class Selected:
@@ -49,6 +58,12 @@ class Selected:
 
     flag: str  # as written on the command line: -n, -m, -k
     dest: str  # pytest's name for it (config.getoption(dest))
+
+
+# An option's type: what its value may be (a float option takes a whole number too) and how
+# the message says it.
+_ACCEPTED = {int: int, float: (int, float)}
+_EXPECTED = {int: "an integer", float: "a number"}
 
 
 def _option(flag: str, default: Any, help: str, **more) -> Any:
@@ -170,10 +185,9 @@ class Options:
                 raise ValueError(f"{option.flag} {value!r}: expected one of "
                                  f"{', '.join(option.choices)}")
             if option is not None and option.type is not None and value is not None \
-                    and not isinstance(value, (option.type, int) if option.type is float
-                                       else option.type):
-                raise ValueError(f"{option.flag} {value!r}: expected a "
-                                 f"{option.type.__name__}")
+                    and not isinstance(value, _ACCEPTED[option.type]):
+                raise ValueError(f"{option.flag} {value!r}: expected "
+                                 f"{_EXPECTED[option.type]}")
 
     @classmethod
     def from_pytest(cls, getoption: Callable[..., Any]) -> "Options":
@@ -184,7 +198,8 @@ class Options:
             if "option" in f.metadata:
                 given[f.name] = getoption(f.metadata["option"].flag)
             else:
-                given[f.name] = getoption(f.metadata["selected"].dest, None) or None
+                value = getoption(f.metadata["selected"].dest, None)
+                given[f.name] = None if value == "" else value
         if isinstance(given["variables"], list):  # argparse appends to a list
             given["variables"] = tuple(given["variables"])
         return cls(**given)
@@ -335,12 +350,6 @@ class Settings:
             if value not in allowed:
                 raise ValueError(f"{table[name].flag} {value!r}: expected one of "
                                  f"{', '.join(allowed)}")
-
-    @classmethod
-    def options(cls) -> dict[str, str]:
-        """option -> field, for every field an option sets."""
-        given = option_fields()
-        return {given[f.name].flag: f.name for f in fields(cls) if f.name in given}
 
     @classmethod
     def from_options(cls, options: Options, session_dir: Path, reference_root: Path,

@@ -81,7 +81,7 @@ def test_an_option_outside_its_choices_is_refused_naming_the_flag():
     with pytest.raises(ValueError, match=r"--harness-launcher 'fork': expected one of "
                                          r"auto, torchrun, zygote"):
         Options(launcher="fork")
-    with pytest.raises(ValueError, match=r"--gpus 'two': expected a int"):
+    with pytest.raises(ValueError, match=r"--gpus 'two': expected an integer"):
         Options(slots="two")
     with pytest.raises(ValueError, match=r"--harness-device 'tpu'"):
         Settings(session_id="s", session_dir=Path("s"), reference_root=Path("r"),
