@@ -16,97 +16,32 @@ import pytest
 from harness.cases import ConfigError, Overrides, load_config, read_tags
 from harness.cases.node_ids import case_line, case_names
 from harness.results.location import DEFAULT_OUTPUT, env_output, record_last_session
+from harness.runner.settings import Options, Settings, declarations, named_configs
 from harness.session_folder import new_session_dir
 
 _SETTINGS = pytest.StashKey[dict]()
+_DERIVED = pytest.StashKey[Settings]()
 _RUNNER = pytest.StashKey[object]()
 _SESSION_KEY = "harness_session_dir"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness", "precision-regression harness")
-    group.addoption("--gpus", type=int, default=None, metavar="N",
-                    help="devices the run may use; cases needing more are skipped "
-                         "(default: the CUDA devices, or on CPU the CPU cores)")
-    group.addoption("--harness-config", default=None, metavar="PATH",
-                    help="test config (default: configs/test_config.json under the rootdir)")
-    group.addoption("--harness-output", default=None, metavar="DIR",
-                    help="where sessions write runs and results (default: $HARNESS_OUTPUT, "
-                         "else reports/harness under the rootdir)")
-    group.addoption("--harness-reference-cache", default=None, metavar="DIR",
-                    help="single-device reference cache (default: <output>/reference-cache)")
-    group.addoption("--harness-timeout", type=float, default=900.0, metavar="SECONDS",
-                    help="per-run timeout; a run past it is killed with all its processes "
-                         "(default 900)")
-    group.addoption("--harness-device", choices=("auto", "cpu", "cuda"), default="auto",
-                    help="cuda, cpu (gloo, one process per device slot), or auto")
-    group.addoption("--harness-trainer", choices=("harness", "command", "infinitrain"),
-                    default=None, help="the trainer under test (default: the config's "
-                    "`trainer.backend`, else the bundled trainer)")
-    group.addoption("--harness-var", action="append", default=[], metavar="NAME=VALUE",
-                    help="set a config variable (@NAME@), over the file's `variables`")
-    group.addoption("--harness-golden", default=None, metavar="DIR",
-                    help="compare against the golden records in DIR instead of running "
-                    "references (docs/harness_guide.md, Golden records)")
-    group.addoption("--harness-golden-write", default=None, metavar="DIR",
-                    help="record every reference this session uses as a golden record in DIR")
-    group.addoption("--harness-golden-allow-mismatch", action="store_true",
-                    help="use golden records made in another environment (the mismatch is "
-                    "recorded); without it such a golden is an error")
-    group.addoption("--infinitrain-build", default=None, metavar="DIR",
-                    help="InfiniTrain's build folder, holding gpt2, llama3 and infini_run "
-                    "(default: the config's BUILD_DIR variable, from the config's folder)")
-    group.addoption("--infinitrain-launch", choices=("threads", "infini_run"), default=None,
-                    help="threads: one process with --nthread_per_process N (InfiniTrain's "
-                    "scripts, the default); infini_run: one process per device")
-    group.addoption("--harness-launcher", choices=("auto", "torchrun", "zygote"), default="auto",
-                    help="how the bundled trainer's ranks start: torchrun, zygote (forked from "
-                         "a process that imported torch once; harness.launch.zygote), or auto "
-                         "(zygote on CPU, torchrun on CUDA)")
-    group.addoption("--harness-keep-dumps", choices=("failed", "all", "none"), default="failed",
-                    help="gradient dumps kept once diffed: failing cases' (default), all, none; "
-                         "every parameter's summary stays in the record")
-    group.addoption("--harness-nnodes", type=int, default=1, metavar="N",
-                    help="the most nodes a case may span: one torchrun agent per node, joined "
-                         "by a c10d rendezvous; locally the nodes are agents on this machine "
-                         "(harness.launch.multinode; default 1)")
-    group.addoption("--harness-nproc-per-node", type=int, default=None, metavar="P",
-                    help="processes (devices) per node; a case of W ranks spans ceil(W / P) "
-                         "nodes (default: --gpus over --harness-nnodes; on Slurm --gpus)")
-    group.addoption("--harness-scheduler", choices=("local", "slurm"), default="local",
-                    help="where runs and reference builds go: local device leases (default) "
-                         "or one Slurm job each (docs/slurm.md)")
-    group.addoption("--harness-calibrate", type=int, default=None, metavar="K",
-                    help="measure this machine's noise: every reference key runs K times in "
-                         "all (K >= 3) and the worst scale-free errors of the repeats and of "
-                         "the passing cases go to <reference cache>/calibration/, whose "
-                         "thresholds later sessions use (docs/harness_guide.md, Calibration)")
-    group.addoption("--harness-baseline", default=None, metavar="pytorch|DIR",
-                    help="also check every case of a foreign trainer against an independent "
-                         "implementation: `pytorch` runs the bundled PyTorch trainer with the "
-                         "trainer's semantics (one device, cached like references); DIR reads "
-                         "recorded logs (PyTorch, Megatron, InfiniTrain run folders, harness "
-                         "sessions). Kept apart from the self-check in every record")
-    group.addoption("--harness-reference-cache-max-gb", type=float, default=20.0, metavar="GB",
-                    help="bound on the reference cache; least recently used entries are "
-                         "evicted at session end (default 20; 0: no bound)")
+    for flag, kwargs in declarations():  # the one option table: harness.runner.settings.Options
+        group.addoption(flag, **kwargs)
 
 
-# Its value starts with "--", and argparse takes a lone word that starts with "--" for an option
-# ("expected one argument"), so `--harness-slurm-args '--partition=x'` would be refused by the
-# parse pytest makes right after loading plugins. The option is therefore declared after that
-# parse, with `--harness-slurm-args VALUE` joined into `--harness-slurm-args=VALUE` first.
-SLURM_ARGS = "--harness-slurm-args"
-
-
+# A late option's value starts with "--" (--harness-slurm-args), and argparse takes a lone word
+# that starts with "--" for an option ("expected one argument"), so `--harness-slurm-args
+# '--partition=x'` would be refused by the parse pytest makes right after loading plugins. Such
+# options (`late` in the table) are therefore declared after that parse, with `OPTION VALUE`
+# joined into `OPTION=VALUE` first.
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
                                   args: list[str]) -> None:
-    args[:] = join_option_value(args, SLURM_ARGS)
-    parser.getgroup("harness").addoption(
-        SLURM_ARGS, default="", metavar="ARGS",
-        help="extra sbatch arguments for every job, e.g. '--partition=gpu --account=nightly' "
-             "or one word, '--partition=gpu'")
+    for flag, kwargs in declarations(late=True):
+        args[:] = join_option_value(args, flag)
+        parser.getgroup("harness").addoption(flag, **kwargs)
 
 
 def join_option_value(args: list[str], option: str) -> list[str]:
@@ -125,31 +60,6 @@ def join_option_value(args: list[str], option: str) -> list[str]:
     return joined
 
 
-def _named_configs(config: pytest.Config) -> list[Path]:
-    """JSON files named as paths on the command line: harness configs, collected as cases
-    (`pytest my_config.json`), wherever they are."""
-    named = []
-    for arg in config.args:
-        path = Path(arg.split("::")[0])
-        if path.suffix == ".json" and path.is_file() and path.resolve() not in named:
-            named.append(path.resolve())
-    return named
-
-
-def _config_path(config: pytest.Config) -> Path:
-    given = config.getoption("--harness-config")
-    if given:
-        return Path(given).resolve()
-    named = _named_configs(config)
-    if len(named) > 1:
-        raise pytest.UsageError(
-            "one harness config per session; got " + ", ".join(str(p) for p in named)
-            + " (run them one after the other)")
-    if named:
-        return named[0]
-    return (config.rootpath / "configs" / "test_config.json").resolve()
-
-
 def _terminated(signum, frame) -> None:
     """SIGTERM (what `timeout` sends and CI escalates to) ends the session as Ctrl-C does:
     the running case's processes are ended on the way out, finished records are kept and the
@@ -163,20 +73,23 @@ _PREVIOUS_SIGTERM = pytest.StashKey[object]()
 def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
         config.stash[_PREVIOUS_SIGTERM] = signal.signal(signal.SIGTERM, _terminated)
-    path = _config_path(config)
+    try:
+        options = Options.from_pytest(config.getoption)
+        options.check()
+        path = options.config_path(named_configs(config.args), config.rootpath)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
     config.addinivalue_line("markers", "harness: a precision case expanded from the test config")
     for tag in read_tags(path):
         config.addinivalue_line("markers", f"{tag}: test config tag {tag!r} ({path.name})")
-    if config.getoption("--harness-config"):
+    if options.config:
         if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
             # `pytest --harness-config X` alone runs X's cases, not the ini's testpaths too.
             config.args[:] = [str(path)]
         elif not any(path == Path(a.split("::")[0]).resolve() or Path(a).resolve() in path.parents
                      for a in config.args):
             config.args.append(str(path))
-    # Absolute: trainers run in folders of their own, where a relative path means another place
-    output = Path(config.getoption("--harness-output") or env_output()
-                  or config.rootpath / DEFAULT_OUTPUT).resolve()
+    output = options.output_dir(config.rootpath, env_output(), DEFAULT_OUTPUT)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and _SESSION_KEY in workerinput:
         session_dir = Path(workerinput[_SESSION_KEY])
@@ -184,21 +97,9 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         session_dir = new_session_dir(output / "sessions")
         worker = "main"
-    repeats = config.getoption("--harness-calibrate")
-    if repeats is not None:
-        from harness.runner.calibrate import check_repeats
-
-        try:
-            check_repeats(repeats)
-        except ValueError as error:
-            raise pytest.UsageError(str(error)) from None
-        if config.getoption("--harness-golden"):
-            raise pytest.UsageError("--harness-calibrate measures against references run on "
-                                    "this machine; it cannot be combined with --harness-golden")
-    cache = config.getoption("--harness-reference-cache")
     config.stash[_SETTINGS] = {
-        "config_path": path, "output": output, "session_dir": session_dir, "worker": worker,
-        "reference_root": Path(cache).resolve() if cache else output / "reference-cache",
+        "options": options, "config_path": path, "output": output, "session_dir": session_dir,
+        "worker": worker, "reference_root": options.reference_root(output),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "header": None,
         "calibration": [],  # what a calibration session wrote (the terminal's lines)
         "history": None,  # the history line: what this session appended (harness.history)
@@ -223,7 +124,8 @@ def _record_collected(config: pytest.Config, names: list[str]) -> None:
     if s["header"] is None:
         s["header"] = new_header(s["session_dir"].name, s["started_at"], s["config_path"],
                                  config.rootpath, config.invocation_params.args,
-                                 trainer=_trainer(config))
+                                 trainer=_trainer(config),
+                                 settings=_settings(config).record(s["options"]))
     collected = s["header"]["collected"]
     collected.extend(n for n in names if n not in collected)
     write_header(s["session_dir"], s["header"])
@@ -233,13 +135,22 @@ def _trainer(config: pytest.Config) -> dict | None:
     """The trainer under test, for the header and the summary (the controller, which under
     xdist collects nothing itself, reads the config once more)."""
     from harness.runner.case_runner import trainer_identity
-    from harness.runner.settings import resolve_device
 
     try:
         harness_config = load_config(config.stash[_SETTINGS]["config_path"], _overrides(config))
     except (ConfigError, OSError, pytest.UsageError):
         return None
-    return trainer_identity(harness_config, resolve_device(config.getoption("--harness-device")))
+    return trainer_identity(harness_config, _settings(config).device)
+
+
+def _settings(config: pytest.Config) -> Settings:
+    """The session's Settings, derived once per process when first needed: resolving the
+    device may import torch, which a pytest run without harness cases never pays for."""
+    if _DERIVED not in config.stash:
+        s = config.stash[_SETTINGS]
+        config.stash[_DERIVED] = Settings.from_options(s["options"], s["session_dir"],
+                                                       s["reference_root"], s["worker"])
+    return config.stash[_DERIVED]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -271,13 +182,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if results.is_file():  # checkpoints go as the other dumps of passing cases go
             from harness.runner.checkpoints import settle_session_checkpoints
 
-            settle_session_checkpoints(results, config.getoption("--harness-keep-dumps"))
-        if config.getoption("--harness-calibrate"):  # every worker's measurements, merged
+            settle_session_checkpoints(results, s["options"].keep_dumps)
+        if s["options"].calibrate_repeats:  # every worker's measurements, merged
             from harness.runner.calibrate import write_calibrations
 
             s["calibration"] = write_calibrations(s["session_dir"], s["reference_root"],
-                                                  config.getoption("--harness-calibrate"))
-        max_gb = config.getoption("--harness-reference-cache-max-gb")
+                                                  s["options"].calibrate_repeats)
+        max_gb = s["options"].reference_cache_max_gb
         if max_gb and max_gb > 0:
             from harness.reference.prune import prune
 
@@ -312,14 +223,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 
 def _overrides(config: pytest.Config) -> Overrides:
     try:
-        variables = Overrides.parse_variables(config.getoption("--harness-var"))
+        return config.stash[_SETTINGS]["options"].overrides()
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
-    build = config.getoption("--infinitrain-build")
-    return Overrides(variables=variables, backend=config.getoption("--harness-trainer")
-                     or ("infinitrain" if build else None),
-                     build_dir=str(Path(build).resolve()) if build else None,
-                     launch=config.getoption("--infinitrain-launch"))
 
 
 class HarnessConfigFile(pytest.File):
@@ -380,13 +286,10 @@ def pytest_runtest_makereport(item, call):
 def _runner(config: pytest.Config, harness_config):
     if _RUNNER not in config.stash:
         from harness.runner import CaseRunner
-        from harness.runner.settings import Settings
 
         s = config.stash[_SETTINGS]
-        settings = Settings.from_options(config.getoption, s["session_dir"], s["reference_root"],
-                                         s["worker"])
         s["session_dir"].mkdir(parents=True, exist_ok=True)
-        config.stash[_RUNNER] = CaseRunner(harness_config, settings)
+        config.stash[_RUNNER] = CaseRunner(harness_config, _settings(config))
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None and getattr(config, "workerinput", None) is None:
             config.stash[_RUNNER].progress = lambda text: reporter.write_line(f"[harness] {text}")

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.launch.process import ProcessResult, run_process, tail
+from harness.runner.settings import flag_of
 from harness.spec.records import RESULTS_NAME, read_json, read_jsonl
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
@@ -145,7 +146,7 @@ def last(text: str) -> str:
 
 
 def session_argv(python: str, test_args: list[str], case: str, output: Path) -> list[str]:
-    return [python, "-m", "pytest", *test_args, "-k", case, "--harness-output", str(output),
+    return [python, "-m", "pytest", *test_args, "-k", case, flag_of("output"), str(output),
             "-p", SELECT_MODULE, "-p", "no:cacheprovider"]
 
 

@@ -46,6 +46,8 @@ class Assets:
 
 
 BACKENDS = ("harness", "command", "infinitrain")
+# InfiniTrain's launch modes: threads (one process, --nthread_per_process N) or infini_run
+INFINITRAIN_LAUNCHES = ("threads", "infini_run")
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,9 @@ class TrainerSpec:
         if self.backend == "infinitrain" and self.build_dir is None:
             raise ValueError("backend 'infinitrain' needs InfiniTrain's build folder "
                              "(--infinitrain-build, `trainer.build`, or the BUILD_DIR variable)")
-        if self.launch not in ("threads", "infini_run"):
-            raise ValueError(f"launch is {self.launch!r}; expected threads or infini_run")
+        if self.launch not in INFINITRAIN_LAUNCHES:
+            raise ValueError(f"launch is {self.launch!r}; expected "
+                             f"{' or '.join(INFINITRAIN_LAUNCHES)}")
 
 
 @dataclass(frozen=True)

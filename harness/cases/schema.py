@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from harness.cases.config_types import BACKENDS, INFINITRAIN_LAUNCHES
 from harness.spec.flags import FLAGS
 from harness.spec.models import MODEL_SPECS
 
@@ -120,10 +121,10 @@ SCHEMA: dict = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "backend": {"enum": ["harness", "command", "infinitrain"]},
+                "backend": {"enum": list(BACKENDS)},
                 "command": {"type": "array", "items": _STR, "minItems": 1},
                 "build": _STR,
-                "launch": {"enum": ["threads", "infini_run"]},
+                "launch": {"enum": list(INFINITRAIN_LAUNCHES)},
                 "version": _STR,
                 "env": {"type": "object", "additionalProperties": _STR},
             },

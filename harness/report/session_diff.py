@@ -49,33 +49,67 @@ class Comparison:
                 if id(s) not in called and abs(s[2] - 1) >= SPEED_THRESHOLD]
 
 
-def _option(args: list, name: str) -> str | None:
-    """The value of `name` in a pytest argument list (`--gpus 2` or `--gpus=2`)."""
-    for i, arg in enumerate(args):
-        arg = str(arg)
-        if arg == name and i + 1 < len(args):
-            return str(args[i + 1])
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
+# The settings `--compare` lists when they differ, by their names in the header's `settings`
+# block (harness.runner.settings.Options); each is shown by its flag (--gpus, -n, ...).
+COMPARED_SETTINGS = ("slots", "workers", "device", "launcher", "config", "trainer", "marker",
+                     "keyword")
+
+
+def header_settings(header: dict) -> dict[str, str | None] | None:
+    """The compared settings of a header, as text (None: not given), from its `settings` block;
+    None when it has none (a header written before the block existed: settings_from_args)."""
+    block = header.get("settings")
+    if not isinstance(block, dict):
+        return None
+    return {name: None if block.get(name) is None else str(block[name])
+            for name in COMPARED_SETTINGS}
+
+
+def settings_from_args(args: list) -> dict[str, str | None]:
+    """Fallback for headers without a `settings` block (written before it existed): the same
+    names read from the pytest arguments as given (`--gpus 2` or `--gpus=2`; None: not given,
+    where the block has the resolved value)."""
+    from harness.runner.settings import flag_of  # the runner package, only when comparing
+
+    def given(flag: str) -> str | None:
+        for index, arg in enumerate(map(str, args)):
+            if arg == flag and index + 1 < len(args):
+                return str(args[index + 1])
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    return {name: given(flag_of(name)) for name in COMPARED_SETTINGS}
+
+
+def _compared(old: dict, new: dict) -> tuple[dict, dict] | None:
+    """Both headers' compared settings: from their settings blocks, or from both headers'
+    arguments where one lacks the block (a resolved value against one as given would show
+    every default as a difference); None where either has neither."""
+    blocks = header_settings(old), header_settings(new)
+    if None not in blocks:
+        return blocks
+    old_args, new_args = old.get("args"), new.get("args")
+    if isinstance(old_args, list) and isinstance(new_args, list):
+        return settings_from_args(old_args), settings_from_args(new_args)
     return None
-
-
-SETTINGS_OPTIONS = ("--gpus", "-n", "--harness-device", "--harness-launcher", "--harness-config",
-                    "--harness-trainer", "-m", "-k")
 
 
 def settings_differences(old: dict, new: dict, old_records: list[dict],
                          new_records: list[dict]) -> list[tuple[str, str, str]]:
-    """Session settings that differ: pytest options (from each header's arguments), torch
-    (unless neither session ran the bundled trainer), the trainer's build (the headers'
-    `trainer`), driver, config, devices and hosts (from the records)."""
+    """Session settings that differ: pytest options (from each header's `settings`, or from
+    older headers' arguments), torch (unless neither session ran the bundled trainer), the
+    trainer's build (the headers' `trainer`), driver, config, devices and hosts (from the
+    records)."""
     diffs = []
-    old_args, new_args = old.get("args"), new.get("args")
-    if isinstance(old_args, list) and isinstance(new_args, list):
-        for name in SETTINGS_OPTIONS:
-            a, b = _option(old_args, name), _option(new_args, name)
+    compared = _compared(old, new)
+    if compared is not None:
+        from harness.runner.settings import flag_of  # the runner package, only when comparing
+
+        for name in COMPARED_SETTINGS:
+            a, b = compared[0][name], compared[1][name]
             if a != b:
-                diffs.append((name, a or "not given", b or "not given"))
+                diffs.append((flag_of(name), a or "not given", b or "not given"))
     torch_applies = not (foreign_only(old_records, old) and foreign_only(new_records, new))
     for key in ("torch", "driver", "config_path") if torch_applies else ("driver", "config_path"):
         a, b = old.get(key), new.get(key)

@@ -9,7 +9,10 @@ Every write replaces the file whole (write a temporary file, then rename).
     format, session, started_at, finished_at, config_path, git_commit, git_dirty, driver,
     torch, collected (case names tag/model/id), args (the pytest command line arguments),
     trainer (the backend that ran the cases, see TRAINER_FIELDS; null in older headers),
-    host (the machine the controller ran on; absent in older headers: the history's machine)
+    host (the machine the controller ran on; absent in older headers: the history's machine),
+    settings (the session's settings, typed: every harness option by its name in
+    harness.runner.settings.Options, the runner's as resolved, and pytest's -n / -m / -k as
+    workers / marker / keyword; absent in older headers, whose `args` say what was given)
 
 `torch` is the controller's installed torch: a fact about the bundled trainer only (a report
 of a session that ran only a foreign trainer, e.g. InfiniTrain's binaries, leaves it out).
@@ -34,7 +37,8 @@ from harness.spec.records import write_atomic
 SESSION_FORMAT = "harness.session/1"
 HEADER_NAME = "session.json"
 HEADER_FIELDS = ("format", "session", "started_at", "finished_at", "config_path", "git_commit",
-                 "git_dirty", "driver", "torch", "collected", "args", "trainer", "host")
+                 "git_dirty", "driver", "torch", "collected", "args", "trainer", "host",
+                 "settings")
 # `trainer`: {"name": "harness" | "infinitrain" | "command", "version": the trainer's version
 # (InfiniTrain: its build's content hash, "infinitrain-3f2a..."), or null, "build_dir": its
 # build folder, or null, "device": "cpu" | "cuda", and for InfiniTrain "identified": model ->
@@ -91,16 +95,33 @@ def torch_version() -> str | None:
 
 def new_header(session: str, started_at: str, config_path: str | os.PathLike | None,
                root: str | os.PathLike, args: Sequence[str],
-               trainer: dict | None = None) -> dict:
+               trainer: dict | None = None, settings: dict | None = None) -> dict:
     """The header with the facts found now; `collected` empty, `finished_at` null. `trainer`:
-    the backend's {name, version, build_dir, device} (trainer_fact), or None when unknown."""
+    the backend's {name, version, build_dir, device} (trainer_fact), or None when unknown;
+    `settings`: the session's (harness.runner.settings.Settings.record)."""
     commit, dirty = git_facts(root)
     return {"format": SESSION_FORMAT, "session": session, "started_at": started_at,
             "finished_at": None, "config_path": str(config_path) if config_path else None,
             "git_commit": commit, "git_dirty": dirty, "driver": driver_version(),
             "torch": torch_version(), "collected": [], "args": [str(a) for a in args],
             "trainer": trainer_fact(**trainer) if trainer is not None else None,
-            "host": socket.gethostname() or None}
+            "host": socket.gethostname() or None,
+            "settings": settings_fact(settings) if settings is not None else None}
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def settings_fact(settings: dict) -> dict:
+    """The header's `settings` block checked to be what a header can hold: names to JSON
+    scalars or lists of strings (ValueError naming the setting and its value)."""
+    for name, value in settings.items():
+        if not isinstance(name, str) or not (
+                isinstance(value, _JSON_SCALARS)
+                or (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+            raise ValueError(f"session header settings: {name!r} is {value!r}; expected a "
+                             "JSON scalar or a list of strings")
+    return dict(settings)
 
 
 def trainer_fact(name: str, version: str | None = None,

@@ -9,8 +9,9 @@ Per case, under the session folder:
         logs/launcher.stdout|stderr, logs/ranks/...   launcher and per-rank logs
 
     case_runner.py     CaseRunner: inputs, reference, lease, launch, diff
-    settings.py        Settings (what it is given), Outcome (what it returns), Settings.from_options:
-                       the session's Settings from its options (device kind, slots, lease folder)
+    settings.py        Options (every harness pytest option, the one table), Settings (what it is
+                       given, derived from Options: device kind, slots, lease folder), Outcome
+                       (what it returns)
     record.py          the result record: start, layout, throughput
     planned_layout.py  the layout the flags ask for, before the run
     checkpoints.py     checkpoints a foreign trainer saves: announced, moved under the session,
@@ -20,7 +21,16 @@ Per case, under the session folder:
                        merged at session end; the thresholds a case is judged with
 """
 
-from .case_runner import CaseRunner, make_backend
 from .settings import Outcome, Settings
 
 __all__ = ["CaseRunner", "Outcome", "Settings", "make_backend"]
+
+
+def __getattr__(name: str):
+    # case_runner loads numpy and the launch code (about 1 s); the plugin imports settings.py
+    # (its option table) in every pytest process, so the runner loads only when asked for.
+    if name in ("CaseRunner", "make_backend"):
+        from . import case_runner
+
+        return vars(case_runner)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

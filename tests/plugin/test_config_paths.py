@@ -99,6 +99,11 @@ def test_a_config_outside_the_rootdir_under_xdist_gets_its_session_header(
     (header,) = out.glob("sessions/*/session.json")
     assert sorted(json.loads(header.read_text())["collected"]) == ["fake/gpt2/ok",
                                                                    "fake/gpt2/pp2"]
+    # the session's settings, typed: the options as given and pytest's -n (xdist's workers)
+    settings = json.loads(header.read_text())["settings"]
+    assert (settings["config"], settings["output"], settings["workers"]) == (str(config),
+                                                                             str(out), 2)
+    assert settings["device"] == "cpu" and settings["marker"] is None
     assert "trainer: command (fake-1), device cpu" in result.stdout.str()
 
 

@@ -50,3 +50,17 @@ def test_how_the_binaries_were_identified_is_written_when_the_backend_says(tmp_p
     header = _header(tmp_path, trainer={**TRAINER, "identified": identified})
     write_header(tmp_path, header)
     assert read_header(tmp_path)["trainer"]["identified"] == identified
+
+
+def test_settings_are_written_and_read_back_and_older_headers_have_none(tmp_path):
+    assert "settings" in HEADER_FIELDS
+    assert _header(tmp_path)["settings"] is None  # a caller that gives none: null
+    settings = {"slots": 8, "device": "cpu", "variables": ["A=1"], "marker": None}
+    write_header(tmp_path, _header(tmp_path, settings=settings))
+    assert read_header(tmp_path)["settings"] == settings
+
+
+def test_a_setting_a_header_cannot_hold_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match=r"settings: 'golden_dir' is PosixPath\('/g'\); "
+                                         r"expected a JSON scalar or a list of strings"):
+        _header(tmp_path, settings={"golden_dir": Path("/g")})
