@@ -1,5 +1,30 @@
 """CaseRunner: one case end to end: files, reference (once per key), device lease, port, the
-run, the diff, the result record."""
+run, the diff, the result record.
+
+The stages, named by verbs; each returns its own frozen result (harness.runner.stages), and the
+record is assembled once, at the end, from the results of the stages the case reached
+(harness.runner.record.assemble). A case goes through
+
+    plan       CaseRunner.plan: skip reasons, model files, layout, thresholds, flags (CasePlan)
+    reference  CaseRunner.reference: its golden record, cached entry or a build (Referenced)
+    lease      stages.lease: device slots (Leased)
+    port       stages.port: a rendezvous port
+    launch     stages.launch: the processes (Launched)
+    collect    stages.collect (Ran), then CaseRunner.collect: its layout, crash text (Collected)
+    judge      CaseRunner.judge: the verdict against the reference (Judged)
+    baseline   CaseRunner.baseline: the baseline check (BaselineCheck)
+    settle     CaseRunner.settle: calibration, the dumps kept or removed, the outcome (Settled)
+
+and its reference, when it is built, through
+
+    plan       CaseRunner.plan_reference: the reference flags, process count, folder (RunTarget)
+    lease, port, launch, collect      the same functions (stages.run), given that RunTarget
+    judge      CaseRunner.judge_reference: can it be trusted
+    settle     CaseRunner.settle_reference: its steps written, or its failure kept and raised
+
+A calibration repeat (harness.runner.calibrate), the float64 oracle and the live PyTorch
+baseline (harness.baseline.live, through run_one_device) run through the same lease, port,
+launch and collect; what differs between all of them is their RunTarget."""
 
 from __future__ import annotations
 
@@ -359,17 +384,8 @@ class CaseRunner:
                baseline: BaselineCheck | None = None) -> Settled:
         """Calibration measurements, the dumps kept or removed, the outcome."""
         case, spec, verdict = planned.case, launched.spec, judged.verdict
-        calibration_error = fp64 = None
-        if self.settings.calibrate_repeats:  # --harness-calibrate: this machine's noise
-            try:  # before the dumps are settled: the fp64 ratio reads the run's gradients
-                if not self.foreign:  # the float64 oracle's view
-                    fp64 = oracle_ratio(self, case, reference, planned.checkpoint,
-                                        planned.input_bin, planned.out,
-                                        collected.outputs.steps)
-                measure(self, case, reference, planned.checkpoint, planned.input_bin,
-                        judged.summary if verdict.ok else None)
-            except CalibrationError as error:
-                calibration_error = error
+        # before the dumps are settled: the fp64 ratio reads the run's gradients
+        fp64, calibration_error = self._calibrate(planned, reference, collected, judged)
         dumps = settle_dumps(spec.gradients_dir, verdict.ok, self.settings.keep_dumps)
         if planned.updates:
             settle_dumps(planned.out / "updates", verdict.ok, self.settings.keep_dumps)
@@ -394,6 +410,25 @@ class CaseRunner:
         return settled(Outcome("failed", mismatch_text(case, lines, spec.output_dir,
                                                        reference.path, launched.result.argv,
                                                        against)))
+
+    def _calibrate(self, planned: CasePlan, reference: ReferenceEntry, collected: Collected,
+                   judged: Judged) -> tuple[dict | None, CalibrationError | None]:
+        """--harness-calibrate (this machine's noise): the case's fp64 ratio (the bundled
+        trainer's), its errors when it passed, the reference's repeats; the problem that makes
+        the case an error, kept until its dumps are settled."""
+        fp64 = None
+        if not self.settings.calibrate_repeats:
+            return fp64, None
+        case = planned.case
+        try:
+            if not self.foreign:  # the float64 oracle's view
+                fp64 = oracle_ratio(self, case, reference, planned.checkpoint, planned.input_bin,
+                                    planned.out, collected.outputs.steps)
+            measure(self, case, reference, planned.checkpoint, planned.input_bin,
+                    judged.summary if judged.verdict.ok else None)
+        except CalibrationError as error:
+            return fp64, error
+        return fp64, None
 
     # ------------------------------------------------------------------ the reference
 

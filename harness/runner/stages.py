@@ -1,29 +1,13 @@
-"""The stages a run goes through, and what each one returns: a frozen result, never a shared
-record filled in along the way. The case's result record is assembled once, at the end, from
-these results (harness.runner.record.assemble).
+"""The stages a run goes through: the ones a case shares with its reference, a calibration
+repeat, the float64 oracle and the live PyTorch baseline (`lease`, `port`, `launch`,
+`collect`, in that order by `run`), and the frozen result every stage returns, a case's own
+stages' included (CasePlan, Referenced, Collected, Judged, Settled). No stage fills in a shared
+record: a case's result record is assembled once, at the end, from these results
+(harness.runner.record.assemble); `Reached` holds the ones a case got to. The list of stages a
+case and a reference go through is in harness.runner.case_runner.
 
-A case goes through
-
-    plan       what runs: skip reasons, model files, thresholds, flags, folder (CasePlan)
-    reference  its reference: golden, cached, or built as below (Referenced)
-    lease      device slots (Leased)
-    port       a rendezvous port
-    launch     the processes (Launched)
-    collect    what the run left (Ran; the case's reading of it: Collected)
-    judge      the verdict against the reference (Judged)
-    baseline   the baseline check (harness.baseline.live.BaselineCheck)
-    settle     calibration, the dumps kept or removed, the outcome (Settled)
-
-and a reference (a calibration repeat, the float64 oracle and the live PyTorch baseline too)
-through
-
-    plan       its RunTarget: flags, process count, folder
-    lease, port, launch, collect      the same functions as a case's (`run` below)
-    judge      can it be trusted (CaseRunner.judge_reference, LiveBaseline's check)
-    settle     its steps written for the cache, or its failure kept for the session
-
-What differs between them is what a RunTarget says (name, flags, process count, folder,
-gradients, port), not the code that leases, launches and collects.
+What differs between a case's run and the others' is what its RunTarget says (name, flags,
+process count, folder, gradients, port), not the code that leases, launches and collects.
 """
 
 from __future__ import annotations
