@@ -268,7 +268,7 @@ class CaseRunner:
         if waited:
             return Outcome("skipped", waited)
         ran = stages.run(self.backend, planned.target, self.settings, self.leases,
-                         on_lease=reached.lease)
+                         on_lease=reached.keep_lease)
         reached.launched = ran.launched
         reached.collected = collected = self.collect(planned, ran)
         if collected.failure is not None:

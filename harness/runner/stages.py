@@ -77,6 +77,11 @@ class Launched:
     rank_logs: dict[str, list[Path]]  # stdout before stderr
     leased: Leased
 
+    def __post_init__(self) -> None:
+        if list(self.leased.slots) != list(self.spec.slots):
+            raise ValueError(f"{self.spec.case}: launched on slots {self.spec.slots}, leased "
+                             f"{list(self.leased.slots)}")
+
 
 @dataclass(frozen=True)
 class Ran:
@@ -175,6 +180,10 @@ class Referenced:
     entry: ReferenceEntry
     seconds: float  # a cache hit or a build
 
+    def __post_init__(self) -> None:
+        if self.seconds < 0:
+            raise ValueError(f"a reference got in {self.seconds} s")
+
 
 @dataclass(frozen=True)
 class Collected:
@@ -199,6 +208,11 @@ class Judged:
     reference_losses: tuple
     summary: dict  # verdict.record(): the `loss` and `gradients` it judged
 
+    def __post_init__(self) -> None:
+        if len(self.reference_steps) != len(self.reference_losses):
+            raise ValueError(f"{len(self.reference_steps)} reference steps, "
+                             f"{len(self.reference_losses)} losses")
+
 
 @dataclass(frozen=True)
 class Settled:
@@ -206,6 +220,10 @@ class Settled:
     dumps: dict
     disk_bytes: int
     fp64_ratio: dict | None  # a calibration session's, with the bundled trainer
+
+    def __post_init__(self) -> None:
+        if self.disk_bytes < 0:
+            raise ValueError(f"a run folder of {self.disk_bytes} bytes")
 
 
 class Reached:
@@ -224,5 +242,5 @@ class Reached:
         self.compare_s: float | None = None
         self.settled: Settled | None = None
 
-    def lease(self, leased: Leased) -> None:  # stages.run's on_lease
+    def keep_lease(self, leased: Leased) -> None:  # stages.run's on_lease
         self.leased = leased
