@@ -136,6 +136,7 @@ MODULES: dict[str, str] = {
     "tests/runner/test_settings.py": UNIT,
     "tests/runner/test_updates_verdict.py": UNIT,
     "tests/runner/test_skip_reason.py": UNIT,
+    "tests/runner/test_stages.py": SUBPROCESS,
     "tests/spec/llmc/test_checkpoint.py": UNIT,
     "tests/spec/llmc/test_tokens.py": UNIT,
     "tests/spec/test_contracts.py": UNIT,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.compare.baseline import BaselineVerdict, judge_baseline
-from harness.launch import HarnessBackend, LaunchSpec
+from harness.launch import HarnessBackend
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 from harness.spec.records import read_jsonl, write_steps
 
@@ -92,12 +92,16 @@ def _resolution(steps: list[dict]) -> float:
 
 
 class LiveBaseline:
-    """Runs (once per key, cached) and judges the PyTorch baseline of a foreign trainer's case."""
+    """Runs (once per key, cached) and judges the PyTorch baseline of a foreign trainer's case.
 
-    def __init__(self, settings, leases, launch, progress=None) -> None:
+    `run` is the case runner's: (backend, name, model, flags, checkpoint, input_bin, folder) ->
+    its Ran (`launched.result`, `outputs`, `failed`), one process with no gradients through the
+    same lease, launch and collect stages as a case (harness.runner.stages); handed in, since
+    the runner imports this module."""
+
+    def __init__(self, settings, run, progress=None) -> None:
         self.settings = settings
-        self.leases = leases  # the case runner's device leases
-        self.launch = launch  # (backend, spec) -> ProcessResult, as the case runner launches
+        self.run = run
         self.progress = progress
         self.backend = HarnessBackend()
         self.cache = ReferenceCache(Path(settings.reference_root) / "baselines")
@@ -126,19 +130,16 @@ class LiveBaseline:
 
     def _build(self, model: str, case_name: str, flags: dict, checkpoint: Path,
                input_bin: Path, folder: Path) -> dict:
+        """The baseline's run (lease, launch, collect as a case's), then judged: a crash, no
+        steps or a non-finite loss is refused; then its steps written for the cache."""
         if self.progress is not None:
             self.progress(f"running the PyTorch baseline of {case_name} (one device; once per "
                           f"key, then cached in {self.cache.root})")
-        spec = LaunchSpec(case="baseline", model=model, flags=dict(flags), world_size=1,
-                          checkpoint=checkpoint, input_bin=input_bin, output_dir=folder,
-                          gradients_dir=None, log_dir=folder / "logs",
-                          device=self.settings.device)
-        with self.leases.lease(1) as slots:
-            spec.slots = slots
-            result = self.launch(self.backend, spec)
-        outputs = self.backend.collect(spec, result)
+        ran = self.run(self.backend, "baseline", model, dict(flags), checkpoint, input_bin,
+                       folder)
+        result, outputs = ran.launched.result, ran.outputs
         problem = None
-        if not result.ok or outputs.problem:
+        if ran.failed:
             problem = outputs.problem or f"exit code {result.returncode}"
         elif not outputs.steps:
             problem = "it recorded no steps"

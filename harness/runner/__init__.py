@@ -8,11 +8,13 @@ Per case, under the session folder:
         gradients/                  its gradient dump
         logs/launcher.stdout|stderr, logs/ranks/...   launcher and per-rank logs
 
-    case_runner.py     CaseRunner: inputs, reference, lease, launch, diff
+    case_runner.py     CaseRunner: inputs, reference, lease, launch, diff; the list of stages
+    stages.py          the stages a case shares with its reference (lease, port, launch,
+                       collect) and every stage's frozen result
     settings.py        Options (every harness pytest option, the one table), Settings (what it is
                        given, derived from Options: device kind, slots, lease folder), Outcome
                        (what it returns)
-    record.py          the result record: start, layout, throughput
+    record.py          the result record, assembled from the stages' results: layout, throughput
     planned_layout.py  the layout the flags ask for, before the run
     checkpoints.py     checkpoints a foreign trainer saves: announced, moved under the session,
                        waited for by the cases that resume from them

@@ -48,16 +48,17 @@ from harness.compare.calibration import (
     load_calibration,
 )
 from harness.compare.verdict import RelativeThresholds, relative_thresholds
-from harness.launch import LaunchSpec, free_port
 from harness.spec.flags import ORACLE_DTYPE
 from harness.spec.records import STEPS_NAME, read_jsonl
+
+from .stages import RunTarget
 
 MEASUREMENTS = "calibration.jsonl"
 FOLDER = "calibration"  # in the session folder: the repeats' runs and their markers
 ORACLE = "fp64"  # <session>/calibration/<entry>/fp64: the reference key's float64 run
 
-__all__ = ["MEASUREMENTS", "check_repeats", "fp64_ratio", "measure", "read_measurements",
-           "session_thresholds", "write_calibrations"]
+__all__ = ["MEASUREMENTS", "check_repeats", "fp64_ratio", "measure", "oracle_ratio",
+           "read_measurements", "session_thresholds", "write_calibrations"]
 
 
 def dtype_of(case) -> str:
@@ -108,27 +109,31 @@ def _number(value) -> float | None:
         return None
 
 
-def measure(runner, case, record, reference, checkpoint: Path, input_bin: Path,
-            passed: bool) -> None:
-    """A calibration session's part of a case: with the bundled trainer its fp64 ratio
-    (record.calibration["fp64_ratio"]; the key's float64 run made first, once per key), its
-    own errors when it passed, then (once per reference key in the session, whichever worker
-    gets there first) the reference's repeats. Called before the case's dumps are settled (its
-    gradients are read). A repeat that fails raises CalibrationError (the case is an error) and no
-    calibration of its group is written."""
+def oracle_ratio(runner, case, reference, checkpoint: Path, input_bin: Path, run_dir: Path,
+                 run_steps: list[dict]) -> dict:
+    """A calibration session's fp64 ratio of a bundled trainer's case (its record's
+    calibration["fp64_ratio"]); the key's float64 run is made first, once per key. Called
+    before the case's dumps are settled: its gradients (`run_dir`/gradients) are read."""
+    oracle = _oracle(runner, case, reference, checkpoint, input_bin)
+    run_gradients = run_dir / "gradients"
+    return fp64_ratio(
+        run_gradients if case.compare.gradients and run_gradients.is_dir() else None,
+        reference.gradients_dir, oracle / "gradients",
+        [(int(s["step"]), s.get("loss")) for s in run_steps] if case.compare.loss else [],
+        read_jsonl(reference.steps_file), read_jsonl(oracle / STEPS_NAME))
+
+
+def measure(runner, case, reference, checkpoint: Path, input_bin: Path,
+            passed: dict | None) -> None:
+    """A calibration session's part of a case: its own errors when it passed (`passed`: its
+    verdict's record, None when it failed), then (once per reference key in the session,
+    whichever worker gets there first) the reference's repeats. A repeat that fails raises
+    CalibrationError (the case is an error) and no calibration of its group is written."""
     session_dir = runner.settings.session_dir
-    if not runner.foreign and record.calibration is not None:  # the float64 oracle's view
-        oracle = _oracle(runner, case, reference, checkpoint, input_bin)
-        run_gradients = Path(record.output_dir or ".") / "gradients"
-        record.calibration = {**record.calibration, "fp64_ratio": fp64_ratio(
-            run_gradients if case.compare.gradients and run_gradients.is_dir() else None,
-            reference.gradients_dir, oracle / "gradients",
-            list(zip(record.steps or [], record.losses or [])) if case.compare.loss else [],
-            read_jsonl(reference.steps_file), read_jsonl(oracle / STEPS_NAME))}
-    if passed:
-        relative = ((record.gradients or {}).get("relative") or {})
+    if passed is not None:
+        relative = ((passed.get("gradients") or {}).get("relative") or {})
         _append(session_dir, {**_identity(runner, case), "kind": "case", "case": case.name,
-                              "loss": _number(((record.loss or {}).get("relative") or {})
+                              "loss": _number(((passed.get("loss") or {}).get("relative") or {})
                                               .get("worst")),
                               "gradients": _number(relative.get("worst")),
                               "parameter": relative.get("worst_parameter")})
@@ -158,26 +163,13 @@ def _repeat(runner, case, reference, checkpoint: Path, input_bin: Path, folder: 
             index: int) -> dict:
     """One more run of the case's reference, as the reference was built (same flags, device and
     process count), compared with the cached one."""
-    settings = runner.settings
     flags = runner.run_flags(case, reference=True)
-    world = case.reference_world_size
-    updates = runner.updates_flag(case)
-    launched = {**flags, updates: str(folder / "updates")} if updates else flags
-    spec = LaunchSpec(case="reference", model=case.model, flags=launched, world_size=world,
-                      checkpoint=checkpoint, input_bin=input_bin, output_dir=folder,
-                      gradients_dir=folder / "gradients", log_dir=folder / "logs",
-                      device=settings.device)
-    spec.log_dir.mkdir(parents=True, exist_ok=True)
-    with runner.leases.lease(world) as slots:
-        spec.slots = slots
-        if world > 1:
-            spec.port = free_port(settings.session_dir / "ports")
-        result = runner._launch(spec)
-        outputs = runner.backend.collect(spec, result)
+    ran = runner.run_target(runner.plan_reference(case, checkpoint, input_bin, folder))
+    spec, result, outputs = ran.launched.spec, ran.launched.result, ran.outputs
     what = f"calibration repeat {index} of the reference"
-    if not result.ok or outputs.problem:
+    if ran.failed:
         raise CalibrationError(runner._crash_text(case, spec, result, None,
-                                                  runner._rank_logs(spec, result), what=what,
+                                                  ran.launched.rank_logs, what=what,
                                                   problem=outputs.problem))
     entry = {**_identity(runner, case), "kind": "repeat", "repeat": index,
              "case": f"{case.name} (reference repeat {index})", "loss": None,
@@ -228,17 +220,11 @@ def _oracle(runner, case, reference, checkpoint: Path, input_bin: Path) -> Path:
             return folder
         shutil.rmtree(folder, ignore_errors=True)  # a run cut short by a killed worker
         flags = {**case.reference_flags(), "dtype": ORACLE_DTYPE}
-        spec = LaunchSpec(case="fp64-oracle", model=case.model, flags=flags, world_size=1,
-                          checkpoint=checkpoint, input_bin=input_bin, output_dir=folder,
-                          gradients_dir=folder / "gradients", log_dir=folder / "logs",
-                          device=runner.settings.device)
-        spec.log_dir.mkdir(parents=True, exist_ok=True)
-        with runner.leases.lease(1) as slots:
-            spec.slots = slots
-            result = runner._launch(spec)
-            outputs = runner.backend.collect(spec, result)
-        if not result.ok or outputs.problem or not outputs.steps:
-            text = runner._crash_text(case, spec, result, None, runner._rank_logs(spec, result),
+        ran = runner.run_target(RunTarget("fp64-oracle", case.model, flags, 1, checkpoint,
+                                          input_bin, folder, gradients=True, port=False))
+        spec, result, outputs = ran.launched.spec, ran.launched.result, ran.outputs
+        if ran.failed or not outputs.steps:
+            text = runner._crash_text(case, spec, result, None, ran.launched.rank_logs,
                                       what="the float64 oracle run of the reference",
                                       problem=outputs.problem)
             failed.write_text(text)

@@ -1,5 +1,30 @@
 """CaseRunner: one case end to end: files, reference (once per key), device lease, port, the
-run, the diff, the result record."""
+run, the diff, the result record.
+
+The stages, named by verbs; each returns its own frozen result (harness.runner.stages), and the
+record is assembled once, at the end, from the results of the stages the case reached
+(harness.runner.record.assemble). A case goes through
+
+    plan       CaseRunner.plan: skip reasons, model files, layout, thresholds, flags (CasePlan)
+    reference  CaseRunner.reference: its golden record, cached entry or a build (Referenced)
+    lease      stages.lease: device slots (Leased)
+    port       stages.port: a rendezvous port
+    launch     stages.launch: the processes (Launched)
+    collect    stages.collect (Ran), then CaseRunner.collect: its layout, crash text (Collected)
+    judge      CaseRunner.judge: the verdict against the reference (Judged)
+    baseline   CaseRunner.baseline: the baseline check (BaselineCheck)
+    settle     CaseRunner.settle: calibration, the dumps kept or removed, the outcome (Settled)
+
+and its reference, when it is built, through
+
+    plan       CaseRunner.plan_reference: the reference flags, process count, folder (RunTarget)
+    lease, port, launch, collect      the same functions (stages.run), given that RunTarget
+    judge      CaseRunner.judge_reference: can it be trusted
+    settle     CaseRunner.settle_reference: its steps written, or its failure kept and raised
+
+A calibration repeat (harness.runner.calibrate), the float64 oracle and the live PyTorch
+baseline (harness.baseline.live, through run_one_device) run through the same lease, port,
+launch and collect; what differs between all of them is their RunTarget."""
 
 from __future__ import annotations
 
@@ -7,7 +32,7 @@ import math
 import shlex
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -15,21 +40,13 @@ from harness.baseline.live import PYTORCH, BaselineCheck, LiveBaseline
 from harness.baseline.recorded import recorded_check
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator
-from harness.compare.case_verdict import CaseVerdict, UpdatesRequest, judge
+from harness.compare.case_verdict import UpdatesRequest
+from harness.compare.case_verdict import judge as judge_runs
 from harness.compare.dumps import folder_bytes, settle_dumps
-from harness.compare.verdict import UPDATE_RESOLUTION, RelativeThresholds, update_threshold
-from harness.launch import (
-    CommandBackend,
-    HarnessBackend,
-    LaunchSpec,
-    ProcessResult,
-    RunOutputs,
-    free_port,
-)
+from harness.compare.verdict import UPDATE_RESOLUTION, update_threshold
+from harness.launch import CommandBackend, HarnessBackend, LaunchSpec, ProcessResult
 from harness.launch.multinode import case_leases, placed, placement_problem
-from harness.launch.placement import launch_run
-from harness.reference import ReferenceCache, ReferenceError, reference_key
-from harness.results.result_record import Logs, Reference, ResultRecord, Timings
+from harness.reference import ReferenceCache, ReferenceEntry, ReferenceError, reference_key
 from harness.reference.golden import (
     GoldenStore,
     environment_fingerprint,
@@ -39,7 +56,8 @@ from harness.reference.golden import (
 from harness.spec.flags import run_private
 from harness.spec.records import read_jsonl, write_steps
 
-from .calibrate import CalibrationError, measure, session_thresholds
+from . import stages
+from .calibrate import CalibrationError, measure, oracle_ratio, session_thresholds
 from .checkpoints import (
     announce_checkpoint,
     mark_checkpoint_done,
@@ -48,8 +66,19 @@ from .checkpoints import (
 )
 from .diagnosis import SELF_CHECK, crash_text, mismatch_text
 from .planned_layout import layout_from_flags, layout_problem, num_layers
-from .record import now, set_layout, start_record, throughput
+from .record import assemble, now
 from .settings import Outcome, Settings
+from .stages import (
+    CasePlan,
+    Collected,
+    Judged,
+    Launched,
+    Ran,
+    Reached,
+    Referenced,
+    RunTarget,
+    Settled,
+)
 
 
 def make_backend(config: HarnessConfig, facts_dir: Path | None = None):
@@ -107,33 +136,6 @@ class BackendUnavailable(RuntimeError):
 
 def topology_text(topology: dict) -> str:
     return ", ".join(f"{name}={value}" for name, value in topology.items()) or "one device"
-
-
-@dataclass(frozen=True)
-class CasePlan:
-    """The plan stage's answer: what the case runs and compares."""
-    case: Case
-    checkpoint: Path
-    input_bin: Path
-    relative: RelativeThresholds  # the scale-free thresholds (defaults or calibrated)
-    out: Path  # the case's run folder
-    flags: dict  # what the run is launched with
-    gradients: bool  # gradients dumped and compared (asked for, and comparable)
-    updates: str | None  # the flag that dumps parameter updates, when they are compared
-
-
-@dataclass(frozen=True)
-class Launched:
-    spec: LaunchSpec
-    result: ProcessResult
-    rank_logs: dict[str, list[Path]]
-
-
-@dataclass(frozen=True)
-class Collected:
-    outputs: RunOutputs
-    layout: dict | None  # the layout the run recorded, else the one the flags ask for
-    failure: str | None  # the crash text when the run failed
 
 
 class CaseRunner:
@@ -235,66 +237,54 @@ class CaseRunner:
     # ------------------------------------------------------------------ the case
 
     def run(self, case: Case, nodeid: str = "") -> Outcome:
-        started = time.time()
-        record = start_record(case, self.settings, nodeid)
-        record.trainer = self.backend.name
+        started, started_at = time.time(), now()
         # The layout the flags ask for, so skipped and crashed cases carry one too; a run that
-        # records its own layout (run.json) replaces it below.
-        set_layout(record, layout_from_flags(case, self.num_layers(case.model)))
-        timings = record.timings
+        # records its own layout (run.json) replaces it.
+        reached = Reached(layout_from_flags(case, self.num_layers(case.model)))
         try:
-            outcome = self._run(case, record, timings)
+            outcome = self._run(case, reached)
         except BackendUnavailable as error:  # said once per case, as the trainer is named
             outcome = Outcome("error", f"{case.name}: {error}")
         except Exception as error:  # a harness-side problem: recorded, then shown
             outcome = Outcome("error", f"{case.name}: {type(error).__name__}: {error}")
         if self.foreign:  # a resume case waiting on this one must not wait for nothing
             mark_checkpoint_done(self.run_flags(case), ok=False, overwrite=False)
-        record.status = outcome.status
-        record.reason = outcome.message.splitlines()[0] if outcome.message else None
-        if outcome.status in ("failed", "error"):
-            record.errors.append(outcome.message)
-        timings.total_s = time.time() - started
-        record.finished_at = now()
-        outcome.record = record.to_json()
+        outcome.record = assemble(case, self.settings, nodeid, self.backend.name, reached,
+                                  outcome, started_at, time.time() - started).to_json()
         return outcome
 
-    def _run(self, case: Case, record: ResultRecord, timings: Timings) -> Outcome:
-        """The case's stages in order: plan -> reference -> launch -> collect -> judge ->
-        settle. Each stage takes the ones before it and fills its part of the record; a stage
-        that ends the case returns its Outcome instead."""
-        planned = self.plan(case, record)
+    def _run(self, case: Case, reached: Reached) -> Outcome:
+        """The case's stages in order (harness.runner.stages): plan -> reference -> lease ->
+        port -> launch -> collect -> judge -> baseline -> settle. Each takes the results of the
+        ones before it and returns its own, kept in `reached` for the record; a stage that ends
+        the case returns its Outcome instead."""
+        planned = self.plan(case, reached.layout)
         if isinstance(planned, Outcome):
             return planned
-        t = time.time()
-        reference = self.reference(case, planned.checkpoint, planned.input_bin)
-        timings.reference_s = time.time() - t
-        record.reference = Reference(key=reference.key, path=str(reference.path),
-                                     built=reference.built,
-                                     command=reference.info.get("command"),
-                                     topology=dict(case.reference_topology) or None,
-                                     golden=reference.info.get("golden"),
-                                     golden_mismatch=reference.info.get("mismatch"))
+        reached.plan = planned
+        reached.reference = reference = self.reference(case, planned.checkpoint,
+                                                       planned.input_bin)
         waited = wait_for_checkpoint(planned.flags, self.settings.timeout_s)
         if waited:
             return Outcome("skipped", waited)
-        launched = self.launch_case(planned, record, timings)
-        collected = self.collect_case(planned, launched, record)
+        ran = stages.run(self.backend, planned.target, self.settings, self.leases,
+                         on_lease=reached.keep_lease)
+        reached.launched = ran.launched
+        reached.collected = collected = self.collect(planned, ran)
         if collected.failure is not None:
             if self.settings.baseline:
-                record.baseline = BaselineCheck(
-                    self.settings.baseline, "skipped",
-                    reason="not run: the case's own run failed").record()
-            record.self_check = "failed"
+                reached.baseline = BaselineCheck(self.settings.baseline, "skipped",
+                                                 reason="not run: the case's own run failed")
             return Outcome("failed", collected.failure)
         t = time.time()
-        verdict = self.judge_case(planned, collected, reference, record)
-        record.self_check = "passed" if verdict.ok else "failed"
-        baseline = self.baseline_case(planned, collected, record)
-        timings.compare_s = time.time() - t
-        return self.settle(planned, launched, reference, verdict, record, baseline)
+        reached.judged = judged = self.judge(planned, collected, reference.entry)
+        reached.baseline = self.baseline(planned, collected)
+        reached.compare_s = time.time() - t
+        reached.settled = settled = self.settle(planned, ran.launched, reference.entry,
+                                                collected, judged, reached.baseline)
+        return settled.outcome
 
-    def plan(self, case: Case, record: ResultRecord) -> "CasePlan | Outcome":
+    def plan(self, case: Case, layout: dict | None) -> CasePlan | Outcome:
         """What the case will run, or why it will not: skip reasons, the model files, the
         layout (a layout that cannot place the model's layers is the config's error, found
         before anything launches: launched, it would read as a crash, a regression), the
@@ -307,7 +297,7 @@ class CaseRunner:
         if problem:
             return Outcome("error", problem)
         try:  # the scale-free thresholds: the defaults, or this machine's calibration
-            relative, record.calibration = session_thresholds(self, case)
+            relative, calibration = session_thresholds(self, case)
         except CalibrationError as error:  # unreadable, or its noise is above the ceiling
             return Outcome("error", f"{case.name}: {error}")
         out = self.settings.session_dir / "cases" / case.tag / case.model / case.case_id
@@ -316,86 +306,48 @@ class CaseRunner:
         if not no_gradients and case.reference_topology:
             reason = self.gradients_unavailable(case.model, self.run_flags(case, reference=True))
             no_gradients = f"the reference topology's gradients are {reason}" if reason else None
-        if case.compare.gradients and no_gradients:
-            record.gradients = {"compared": False, "reason": no_gradients}
         updates = self.updates_flag(case, no_gradients)
         if updates:  # what the run ends with is compared too (docs/harness_guide.md)
             flags = {**flags, updates: str(out / "updates")}
-        # What the run is launched with, less its own output paths (flags.run_private): those
-        # are in output_dir and command, and would make every two records differ.
-        record.flags = {k: v for k, v in flags.items() if not run_private(k)}
-        record.output_dir = str(out)
-        return CasePlan(case, checkpoint, input_bin, relative, out, flags,
-                        gradients=case.compare.gradients and not no_gradients,
-                        updates=updates)
+        gradients = case.compare.gradients and not no_gradients
+        return CasePlan(
+            case, checkpoint, input_bin, relative, calibration,
+            RunTarget(case.name, case.model, flags, case.world_size, checkpoint, input_bin, out,
+                      gradients=gradients, port=True),
+            # What the run is launched with, less its own output paths (flags.run_private):
+            # those are in output_dir and command, and would make every two records differ.
+            record_flags={k: v for k, v in flags.items() if not run_private(k)},
+            gradients_note={"compared": False, "reason": no_gradients}
+            if case.compare.gradients and no_gradients else None,
+            updates=updates, layout=layout)
 
-    def launch_case(self, planned: "CasePlan", record: ResultRecord,
-                    timings: Timings) -> "Launched":
-        """Lease the devices, launch, record how it went."""
-        case, out = planned.case, planned.out
-        spec = LaunchSpec(
-            case=case.name, model=case.model, flags=planned.flags, world_size=case.world_size,
-            checkpoint=planned.checkpoint, input_bin=planned.input_bin, output_dir=out,
-            gradients_dir=(out / "gradients") if planned.gradients else None,
-            log_dir=out / "logs", device=self.settings.device,
-        )
-        t = time.time()
-        with self.leases.lease(case.world_size) as slots:
-            timings.lease_wait_s = time.time() - t
-            spec.slots = slots
-            spec.port = free_port(self.settings.session_dir / "ports")
-            record.devices = slots or None  # none under a scheduler: the job's are unknown
-            result = self._launch(spec)
-        timings.run_s = result.run_s
-        if result.job is not None:
-            timings.queue_s = result.job.queue_s
-            record.job = asdict(result.job)
-        record.command = list(result.argv)
-        record.returncode, record.timed_out = result.returncode, result.timed_out
-        rank_logs = self._rank_logs(spec, result)
-        record.logs = Logs(launcher_stdout=str(result.stdout), launcher_stderr=str(result.stderr),
-                           ranks={r: [str(p) for p in ps] for r, ps in rank_logs.items()})
-        return Launched(spec, result, rank_logs)
-
-    def collect_case(self, planned: "CasePlan", launched: "Launched",
-                     record: ResultRecord) -> "Collected":
-        """What the run left: steps, layout, run record; the crash text when it failed."""
-        spec, result = launched.spec, launched.result
-        outputs = self.backend.collect(spec, result)
+    def collect(self, planned: CasePlan, ran: Ran) -> Collected:
+        """The case's reading of what its run left: the layout and schedule it ran, its
+        environment; the crash text and failing rank when it failed."""
+        spec, result, outputs = ran.launched.spec, ran.launched.result, ran.outputs
         run_record = outputs.run_record or {}
-        record.environment = run_record.get("environment")
-        layout = run_record.get("layout") or record.layout
-        set_layout(record, layout)
-        record.layout_text = run_record.get("layout_text")
-        ran = run_record.get("parallel") or {}
-        if ran.get("schedule") and record.parallel is not None:
-            record.parallel.schedule = ran["schedule"]  # what the trainer chose and ran
-        steps = outputs.steps
-        record.losses = [s.get("loss") for s in steps]
-        record.steps = [int(s["step"]) for s in steps]
-        record.set(**throughput(steps))
-        mark_checkpoint_done(planned.flags, result.ok and not outputs.problem)
-        failure = None
-        if not result.ok or outputs.problem:
+        mark_checkpoint_done(planned.flags, not ran.failed)
+        failure = failing = None
+        if ran.failed:
             failing = self.backend.failing_rank(spec, result)
             if failing is None and spec.world_size == 1:
                 failing = "0"  # one process: it is the one that failed
-            record.failing_rank = failing
-            failure = self._crash_text(planned.case, spec, result, failing, launched.rank_logs,
-                                       problem=outputs.problem)
-        return Collected(outputs, layout, failure)
+            failure = self._crash_text(planned.case, spec, result, failing,
+                                       ran.launched.rank_logs, problem=outputs.problem)
+        return Collected(outputs, run_record.get("layout") or planned.layout, failure, failing,
+                         environment=run_record.get("environment"),
+                         layout_text=run_record.get("layout_text"),
+                         schedule=(run_record.get("parallel") or {}).get("schedule") or None)
 
-    def judge_case(self, planned: "CasePlan", collected: "Collected", reference,
-                   record: ResultRecord) -> CaseVerdict:
+    def judge(self, planned: CasePlan, collected: Collected,
+              reference: ReferenceEntry) -> Judged:
         """The verdict (harness.compare.case_verdict) over what the case compares."""
         case, flags = planned.case, planned.flags
         ref_steps = read_jsonl(reference.steps_file)
         first = self.first_step(flags)
         ref_steps = [s for s in ref_steps if int(s["step"]) >= first]  # as compare_losses reads it
-        record.reference_losses = [s.get("loss") for s in ref_steps]
-        record.reference_steps = [int(s["step"]) for s in ref_steps]
         gradients = case.compare.gradients and planned.gradients
-        verdict = judge(
+        verdict = judge_runs(
             collected.outputs.steps, ref_steps if case.compare.loss else None,
             case.tolerances.loss, planned.relative.loss,
             (collected.outputs.gradients_dir, reference.gradients_dir) if gradients else None,
@@ -405,13 +357,10 @@ class CaseRunner:
             updates=UpdatesRequest(planned.out / "updates", reference.path / "updates",
                                    update_threshold(case.flags.get("dtype")), UPDATE_RESOLUTION)
             if planned.updates and gradients else None)
-        judged = verdict.record()
-        record.loss = judged.get("loss", record.loss)
-        record.gradients = judged.get("gradients", record.gradients)  # or why none were compared
-        return verdict
+        return Judged(verdict, tuple(int(s["step"]) for s in ref_steps),
+                      tuple(s.get("loss") for s in ref_steps), verdict.record())
 
-    def baseline_case(self, planned: "CasePlan", collected: "Collected",
-                      record: ResultRecord) -> BaselineCheck | None:
+    def baseline(self, planned: CasePlan, collected: Collected) -> BaselineCheck | None:
         """The baseline check (harness.baseline), kept apart from the self-check: against the
         bundled PyTorch trainer run live with the subject's semantics, or a recorded log."""
         given = self.settings.baseline
@@ -419,44 +368,34 @@ class CaseRunner:
             return None
         case = planned.case
         if not self.foreign:
-            check = BaselineCheck(given, "skipped", reason="the bundled trainer is the PyTorch "
-                                  "baseline itself; a baseline checks a foreign trainer")
-        elif given == PYTORCH:
+            return BaselineCheck(given, "skipped", reason="the bundled trainer is the PyTorch "
+                                 "baseline itself; a baseline checks a foreign trainer")
+        if given == PYTORCH:
             if self._live is None:
-                self._live = LiveBaseline(
-                    self.settings, self.leases,
-                    lambda backend, spec: launch_run(backend, spec, self.settings),
-                    self.progress)
-            check = self._live.check(self.backend, case.model, case.name, case.args,
-                                     collected.outputs.steps, planned.checkpoint,
-                                     planned.input_bin, self.first_step(planned.flags))
-        else:
-            check = recorded_check(Path(given), case, collected.outputs.steps,
-                                   self.first_step(planned.flags))
-        record.baseline = check.record()
-        return check
+                self._live = LiveBaseline(self.settings, self.run_one_device, self.progress)
+            return self._live.check(self.backend, case.model, case.name, case.args,
+                                    collected.outputs.steps, planned.checkpoint,
+                                    planned.input_bin, self.first_step(planned.flags))
+        return recorded_check(Path(given), case, collected.outputs.steps,
+                              self.first_step(planned.flags))
 
-    def settle(self, planned: "CasePlan", launched: "Launched", reference,
-               verdict: CaseVerdict, record: ResultRecord,
-               baseline: BaselineCheck | None = None) -> Outcome:
+    def settle(self, planned: CasePlan, launched: Launched, reference: ReferenceEntry,
+               collected: Collected, judged: Judged,
+               baseline: BaselineCheck | None = None) -> Settled:
         """Calibration measurements, the dumps kept or removed, the outcome."""
-        case, spec = planned.case, launched.spec
-        calibration_error = None
-        if self.settings.calibrate_repeats:  # --harness-calibrate: this machine's noise
-            try:  # before the dumps are settled: the fp64 ratio reads the run's gradients
-                measure(self, case, record, reference, planned.checkpoint, planned.input_bin,
-                        passed=verdict.ok)
-            except CalibrationError as error:
-                calibration_error = error
-        record.dumps = settle_dumps(spec.gradients_dir, verdict.ok, self.settings.keep_dumps)
+        case, spec, verdict = planned.case, launched.spec, judged.verdict
+        # before the dumps are settled: the fp64 ratio reads the run's gradients
+        fp64, calibration_error = self._calibrate(planned, reference, collected, judged)
+        dumps = settle_dumps(spec.gradients_dir, verdict.ok, self.settings.keep_dumps)
         if planned.updates:
             settle_dumps(planned.out / "updates", verdict.ok, self.settings.keep_dumps)
-        record.disk_bytes = folder_bytes(spec.output_dir)
+        settled = partial(Settled, dumps=dumps, disk_bytes=folder_bytes(spec.output_dir),
+                          fp64_ratio=fp64)
         if calibration_error is not None:
-            return Outcome("error", f"{case.name}: {calibration_error}")
+            return settled(Outcome("error", f"{case.name}: {calibration_error}"))
         baseline_failed = baseline is not None and baseline.status in ("failed", "error")
         if verdict.ok and not baseline_failed:
-            return Outcome("passed", "")
+            return settled(Outcome("passed", ""))
         # Both verdicts are said, each under its name: a parallelism bug (self-check red) and
         # an implementation bug (baseline red, self-check green) read apart.
         lines = ([] if verdict.ok else ["self-check (against its own single-device run): "
@@ -468,13 +407,135 @@ class CaseRunner:
         # from: a self-check that passed is not "differs from the single-device reference".
         against = (() if verdict.ok else (SELF_CHECK,)) + \
             ((f"the {baseline.source} baseline",) if baseline_failed else ())
-        return Outcome("failed", mismatch_text(case, lines, spec.output_dir,
-                                               reference.path, launched.result.argv, against))
+        return settled(Outcome("failed", mismatch_text(case, lines, spec.output_dir,
+                                                       reference.path, launched.result.argv,
+                                                       against)))
+
+    def _calibrate(self, planned: CasePlan, reference: ReferenceEntry, collected: Collected,
+                   judged: Judged) -> tuple[dict | None, CalibrationError | None]:
+        """--harness-calibrate (this machine's noise): the case's fp64 ratio (the bundled
+        trainer's), its errors when it passed, the reference's repeats; the problem that makes
+        the case an error, kept until its dumps are settled."""
+        fp64 = None
+        if not self.settings.calibrate_repeats:
+            return fp64, None
+        case = planned.case
+        try:
+            if not self.foreign:  # the float64 oracle's view
+                fp64 = oracle_ratio(self, case, reference, planned.checkpoint, planned.input_bin,
+                                    planned.out, collected.outputs.steps)
+            measure(self, case, reference, planned.checkpoint, planned.input_bin,
+                    judged.summary if judged.verdict.ok else None)
+        except CalibrationError as error:
+            return fp64, error
+        return fp64, None
+
+    # ------------------------------------------------------------------ the reference
+
+    def run_target(self, target: RunTarget, backend=None) -> Ran:
+        """A target other than a case's run (its reference, a calibration repeat, the float64
+        oracle, a PyTorch baseline) through the case's own lease, port, launch and collect."""
+        return stages.run(self.backend if backend is None else backend, target, self.settings,
+                          self.leases)
+
+    def run_one_device(self, backend, name: str, model: str, flags: dict, checkpoint: Path,
+                       input_bin: Path, folder: Path) -> Ran:
+        """One process, no gradients, no port (LiveBaseline's runs)."""
+        return self.run_target(RunTarget(name, model, flags, 1, checkpoint, input_bin, folder,
+                                         gradients=False, port=False), backend)
+
+    def plan_reference(self, case: Case, checkpoint: Path, input_bin: Path,
+                       folder: Path) -> RunTarget:
+        """The reference's run: the reference flags (its topology only, harness.spec.flags),
+        its process count, every gradient and parameter update dumped into `folder`; a port
+        only over more than one process."""
+        flags = self.run_flags(case, reference=True)
+        updates = self.updates_flag(case)
+        world = case.reference_world_size
+        return RunTarget("reference", case.model,
+                         {**flags, updates: str(folder / "updates")} if updates else flags,
+                         world, checkpoint, input_bin, folder, gradients=True, port=world > 1)
+
+    def reference(self, case: Case, checkpoint: Path, input_bin: Path) -> Referenced:
+        """The case's reference: its golden record, the cached entry of its key, or a build
+        (once per key: plan_reference -> lease -> port -> launch -> collect ->
+        judge_reference -> settle_reference)."""
+        started = time.time()
+        flags = self.run_flags(case, reference=True)
+        world = case.reference_world_size
+        # The process count is part of a trusted topology (dp is no flag of the bundled trainer).
+        key_flags = flags if world == 1 else {**flags, "reference_world_size": world}
+        updates = self.updates_flag(case)
+        if updates:  # an entry built before parameter updates were dumped is not reused
+            key_flags = {**key_flags, updates: "<entry>/updates"}
+        key = reference_key(case.model, {"checkpoint": checkpoint, "input_bin": input_bin},
+                            key_flags, self.settings.device, self.backend.version())
+        if self.settings.golden_dir is not None:
+            return Referenced(self.golden(case, key), time.time() - started)
+        name = self.references.entry_name(key)
+        failure = self.settings.session_dir / "reference-failures" / f"{name}.txt"
+        if failure.is_file():  # failed earlier in this session: do not run it again per case
+            raise ReferenceError(failure.read_text())
+
+        def build(folder: Path) -> dict:
+            if self.progress is not None:  # the long silent part of a first session
+                where = "one device" if world == 1 else topology_text(case.reference_topology)
+                self.progress(f"building the reference of {case.name} ({where}; once per key, "
+                              f"then cached in {self.references.root})")
+            ran = self.run_target(self.plan_reference(case, checkpoint, input_bin, folder))
+            problem = self.judge_reference(case, ran, flags, updates)
+            return self.settle_reference(ran, problem, failure)
+
+        entry = self.references.get_or_build(key, build)
+        if self.settings.golden_write_dir is not None:
+            GoldenStore(self.settings.golden_write_dir).write(key, entry, self.fingerprint())
+        return Referenced(entry, time.time() - started)
+
+    def judge_reference(self, case: Case, ran: Ran, flags: dict,
+                        updates: str | None) -> str | None:
+        """Why a reference build cannot be trusted (crashed, no steps, a non-finite loss, no
+        gradients or updates where they were asked for), or None."""
+        spec, result, outputs = ran.launched.spec, ran.launched.result, ran.outputs
+        folder, world = spec.output_dir, spec.world_size
+        if ran.failed:
+            what = "reference" if world == 1 else \
+                f"reference ({topology_text(case.reference_topology)})"
+            return self._crash_text(case, spec, result, None, ran.launched.rank_logs,
+                                    what=what, problem=outputs.problem)
+        if not outputs.steps:
+            return f"the reference run of {case.model} recorded no steps"
+        if not all(math.isfinite(float(s["loss"])) for s in outputs.steps):
+            return f"the reference run of {case.model} has a non-finite loss"
+        if not self.gradients_unavailable(case.model, flags) and \
+                not list((folder / "gradients").glob("*.npy")):
+            return f"the reference run of {case.model} dumped no gradients"
+        if updates and not list((folder / "updates").glob("*.npy")):
+            return f"the reference run of {case.model} dumped no parameter updates (--{updates})"
+        return None
+
+    @staticmethod
+    def settle_reference(ran: Ran, problem: str | None, failure: Path) -> dict:
+        """A trusted build: its steps written for the cache, and what the cache entry keeps of
+        it. An untrusted one: its failure text written for the session's later cases, then
+        raised. The build's folder is deleted by the cache once this raises: its logs are kept
+        beside the text, and the text points there."""
+        folder, result = ran.launched.spec.output_dir, ran.launched.result
+        if problem:
+            if "command:" not in problem:
+                problem += f"\ncommand: {shlex.join(result.argv)}\nlog: {result.stdout}"
+            kept = failure.with_suffix("")
+            failure.parent.mkdir(parents=True, exist_ok=True)
+            if (folder / "logs").is_dir():
+                shutil.rmtree(kept, ignore_errors=True)
+                shutil.copytree(folder / "logs", kept / "logs")
+            problem = problem.replace(str(folder), str(kept))
+            failure.write_text(problem)
+            raise ReferenceError(problem)
+        if not (folder / "steps.jsonl").is_file():
+            write_steps(folder / "steps.jsonl", ran.outputs.steps)
+        return {"command": list(result.argv), "duration_s": result.duration_s}
 
     # ------------------------------------------------------------------ pieces
-
-    def _launch(self, spec: LaunchSpec) -> ProcessResult:
-        return launch_run(self.backend, spec, self.settings)  # Slurm, local agents or local
 
     def updates_flag(self, case: Case, no_gradients: str | None = None) -> str | None:
         """The flag that makes the bundled trainer dump every parameter's change over the run
@@ -489,89 +550,6 @@ class CaseRunner:
 
     def first_step(self, flags: dict) -> int:
         return self.backend.first_step(flags)
-
-    def reference(self, case: Case, checkpoint: Path, input_bin: Path):
-        flags = self.run_flags(case, reference=True)
-        world = case.reference_world_size
-        # The process count is part of a trusted topology (dp is no flag of the bundled trainer).
-        key_flags = flags if world == 1 else {**flags, "reference_world_size": world}
-        updates = self.updates_flag(case)
-        if updates:  # an entry built before parameter updates were dumped is not reused
-            key_flags = {**key_flags, updates: "<entry>/updates"}
-        key = reference_key(case.model, {"checkpoint": checkpoint, "input_bin": input_bin},
-                            key_flags, self.settings.device, self.backend.version())
-        if self.settings.golden_dir is not None:
-            return self.golden(case, key)
-        name = self.references.entry_name(key)
-        failure = self.settings.session_dir / "reference-failures" / f"{name}.txt"
-        if failure.is_file():  # failed earlier in this session: do not run it again per case
-            raise ReferenceError(failure.read_text())
-
-        def build(folder: Path) -> dict:
-            if self.progress is not None:  # the long silent part of a first session
-                where = "one device" if world == 1 else topology_text(case.reference_topology)
-                self.progress(f"building the reference of {case.name} ({where}; once per key, "
-                              f"then cached in {self.references.root})")
-            launched = {**flags, updates: str(folder / "updates")} if updates else flags
-            spec = LaunchSpec(case="reference", model=case.model, flags=launched, world_size=world,
-                              checkpoint=checkpoint, input_bin=input_bin, output_dir=folder,
-                              gradients_dir=folder / "gradients", log_dir=folder / "logs",
-                              device=self.settings.device)
-            with self.leases.lease(world) as slots:
-                spec.slots = slots
-                if world > 1:
-                    spec.port = free_port(self.settings.session_dir / "ports")
-                result = self._launch(spec)
-                outputs = self.backend.collect(spec, result)
-            problem = self._reference_problem(case, spec, result, outputs, flags, updates)
-            if problem:
-                self._keep_reference_failure(failure, folder, problem, result)
-            if not (folder / "steps.jsonl").is_file():
-                write_steps(folder / "steps.jsonl", outputs.steps)
-            return {"command": list(result.argv), "duration_s": result.duration_s}
-
-        entry = self.references.get_or_build(key, build)
-        if self.settings.golden_write_dir is not None:
-            GoldenStore(self.settings.golden_write_dir).write(key, entry, self.fingerprint())
-        return entry
-
-    def _reference_problem(self, case: Case, spec: LaunchSpec, result: ProcessResult,
-                           outputs: RunOutputs, flags: dict, updates: str | None) -> str | None:
-        """Why a reference build cannot be trusted (crashed, no steps, a non-finite loss, no
-        gradients or updates where they were asked for), or None."""
-        folder, world = spec.output_dir, spec.world_size
-        if not result.ok or outputs.problem:
-            what = "reference" if world == 1 else \
-                f"reference ({topology_text(case.reference_topology)})"
-            return self._crash_text(case, spec, result, None, self._rank_logs(spec, result),
-                                    what=what, problem=outputs.problem)
-        if not outputs.steps:
-            return f"the reference run of {case.model} recorded no steps"
-        if not all(math.isfinite(float(s["loss"])) for s in outputs.steps):
-            return f"the reference run of {case.model} has a non-finite loss"
-        if not self.gradients_unavailable(case.model, flags) and \
-                not list((folder / "gradients").glob("*.npy")):
-            return f"the reference run of {case.model} dumped no gradients"
-        if updates and not list((folder / "updates").glob("*.npy")):
-            return f"the reference run of {case.model} dumped no parameter updates (--{updates})"
-        return None
-
-    @staticmethod
-    def _keep_reference_failure(failure: Path, folder: Path, problem: str,
-                                result: ProcessResult) -> None:
-        """Write the failure text for the session's later cases and raise it. The build's
-        folder is deleted by the cache once this raises: its logs are kept beside the text,
-        and the text points there."""
-        if "command:" not in problem:
-            problem += f"\ncommand: {shlex.join(result.argv)}\nlog: {result.stdout}"
-        kept = failure.with_suffix("")
-        failure.parent.mkdir(parents=True, exist_ok=True)
-        if (folder / "logs").is_dir():
-            shutil.rmtree(kept, ignore_errors=True)
-            shutil.copytree(folder / "logs", kept / "logs")
-        problem = problem.replace(str(folder), str(kept))
-        failure.write_text(problem)
-        raise ReferenceError(problem)
 
     def fingerprint(self) -> dict:
         return environment_fingerprint(self.backend.version(), self.settings.device,
@@ -588,16 +566,6 @@ class CaseRunner:
                 f"or accept it with --harness-golden-allow-mismatch)")
         golden.entry.info["mismatch"] = {k: list(v) for k, v in found.items()} or None
         return golden.entry
-
-    def _rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
-        """Each rank's log files. A single process is launched without torchrun: its stdout
-        and stderr (the launcher's files) are rank 0's logs."""
-        logs = self.backend.rank_logs(spec, result)
-        if not logs and spec.world_size == 1:
-            logs = {"0": [p for p in (result.stdout, result.stderr) if p.is_file()]}
-        # stdout before stderr: a failure's tail then ends with the traceback.
-        return {rank: sorted(paths, key=lambda p: "stderr" in Path(p).name)
-                for rank, paths in logs.items() if paths}
 
     def num_layers(self, model: str) -> int | None:
         checkpoint = self._files[model][0] if model in self._files else None

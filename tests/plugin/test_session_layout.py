@@ -16,6 +16,7 @@ from harness.cases.node_ids import case_names
 from harness.results import SESSION_FORMAT, read_header, write_header
 from harness.results.session import driver_version, git_facts, new_header
 from harness.runner import CaseRunner, Settings
+from harness.runner.stages import rank_logs
 
 
 def test_git_facts_outside_and_inside_a_work_tree(tmp_path):
@@ -108,8 +109,8 @@ def test_a_single_process_run_has_its_output_as_rank_0_logs(tmp_path):
     out.write_text("step 1\n")
     err.write_text("Traceback (most recent call last):\nRuntimeError: boom\n")
     result = ProcessResult(("python",), 1, False, 0.1, out, err)
-    assert runner._rank_logs(spec, result) == {"0": [out, err]}
-    text = runner._crash_text(case, spec, result, "0", runner._rank_logs(spec, result))
+    assert rank_logs(runner.backend, spec, result) == {"0": [out, err]}
+    text = runner._crash_text(case, spec, result, "0", rank_logs(runner.backend, spec, result))
     assert "--- rank 0: " in text and text.endswith("RuntimeError: boom")
     # torchrun's per-rank files: stdout before stderr, so the tail ends with the traceback.
     ranks = spec.log_dir / "ranks" / "none_x" / "attempt_0"
@@ -118,6 +119,6 @@ def test_a_single_process_run_has_its_output_as_rank_0_logs(tmp_path):
         for name in ("stderr.log", "stdout.log"):
             (ranks / rank / name).write_text(name)
     spec.world_size = 2
-    logs = runner._rank_logs(spec, result)
+    logs = rank_logs(runner.backend, spec, result)
     assert {r: [p.name for p in ps] for r, ps in logs.items()} == {
         "0": ["stdout.log", "stderr.log"], "1": ["stdout.log", "stderr.log"]}

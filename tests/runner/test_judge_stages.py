@@ -3,7 +3,7 @@ is launched (the heavy end-to-end tests were the only ones to see these plants, 
 
 Plants this module catches, each named by the test that sees it:
   A  `judge` handed the reference twice: the losses or the gradients compared ref vs ref
-     (in `judge` itself, or in `CaseRunner.judge_case` passing the reference as the run).
+     (in `judge` itself, or in `CaseRunner.judge` passing the reference as the run).
   B  a collected failure (the run crashed, `Collected.failure`) returned as a pass by
      `CaseRunner._run`, or judged on whatever dumps the crashed run left.
 """
@@ -65,7 +65,7 @@ def runner(tmp_path):
 
 def _staged(tmp_path, case):
     """What the plan, reference and collect stages hand the judge: the run differing."""
-    from harness.runner.case_runner import Collected
+    from harness.runner.stages import Collected
 
     ref_steps = tmp_path / "reference" / "steps.jsonl"
     ref_steps.parent.mkdir(parents=True)
@@ -77,45 +77,46 @@ def _staged(tmp_path, case):
     planned = SimpleNamespace(case=case, flags={}, out=tmp_path / "run", gradients=True,
                               checkpoint=tmp_path / "gpt2.bin", input_bin=tmp_path / "t.bin",
                               updates=None, relative=RelativeThresholds(loss=1e-5,
-                                                                        gradients=1e-5))
+                                                                        gradients=1e-5),
+                              # what the record is assembled from
+                              record_flags={}, gradients_note=None, calibration=None,
+                              layout=None, target=None)
     outputs = SimpleNamespace(steps=RUN_STEPS, gradients_dir=_dump(tmp_path / "run" / "gradients",
                                                                    RUN_GRADS))
     return planned, reference, Collected(outputs, None, None)
 
 
-def test_judge_case_compares_the_run_not_the_reference_with_itself(runner, tmp_path):
-    """Plant A (in `CaseRunner.judge_case`): the reference's steps or gradient folder passed
-    as the run's."""
-    from harness.runner.record import start_record
-
+def test_judge_compares_the_run_not_the_reference_with_itself(runner, tmp_path):
+    """Plant A (in `CaseRunner.judge`): the reference's steps or gradient folder passed as the
+    run's."""
     runner, case = runner
     planned, reference, collected = _staged(tmp_path, case)
-    record = start_record(case, runner.settings, "")
-    verdict = runner.judge_case(planned, collected, reference, record)
-    assert not verdict.ok
-    assert record.loss["ok"] is False, record.loss
-    assert record.gradients["ok"] is False, record.gradients
+    judged = runner.judge(planned, collected, reference)
+    assert not judged.verdict.ok
+    assert judged.summary["loss"]["ok"] is False, judged.summary
+    assert judged.summary["gradients"]["ok"] is False, judged.summary
 
 
 def test_a_collected_failure_is_the_outcome_never_a_pass(runner, tmp_path, monkeypatch):
     """Plant B: `CaseRunner._run` returning a collected failure (the run crashed) as a pass,
     or going on to judge the dumps the crashed run left (here they would pass)."""
-    from harness.runner.case_runner import Collected
+    from harness.runner import stages
     from harness.runner.settings import Outcome
+    from harness.runner.stages import Collected, Referenced
 
     runner, case = runner
     planned, reference, _ = _staged(tmp_path, case)
     crashed = Collected(SimpleNamespace(steps=REF_STEPS, gradients_dir=reference.gradients_dir),
                         None, "t/gpt2/one: rank 0 exited with 1: boom")
     judged = []
-    monkeypatch.setattr(runner, "plan", lambda case, record: planned)
-    monkeypatch.setattr(runner, "reference", lambda *args: reference)
+    monkeypatch.setattr(runner, "plan", lambda case, layout: planned)
+    monkeypatch.setattr(runner, "reference", lambda *args: Referenced(reference, 0.0))
     monkeypatch.setattr(runner, "num_layers", lambda model: None)
-    monkeypatch.setattr(runner, "launch_case", lambda *args: SimpleNamespace())
-    monkeypatch.setattr(runner, "collect_case", lambda *args: crashed)
-    monkeypatch.setattr(runner, "judge_case", lambda *args: judged.append(1) or CaseVerdict(
+    monkeypatch.setattr(stages, "run", lambda *args, **kwargs: SimpleNamespace(launched=None))
+    monkeypatch.setattr(runner, "collect", lambda *args: crashed)
+    monkeypatch.setattr(runner, "judge", lambda *args: judged.append(1) or CaseVerdict(
         None, None, None))
-    monkeypatch.setattr(runner, "baseline_case", lambda *args: None)
+    monkeypatch.setattr(runner, "baseline", lambda *args: None)
     monkeypatch.setattr(runner, "settle", lambda *args: Outcome("passed", ""))
     outcome = runner.run(case)
     assert outcome.status == "failed", (outcome.status, outcome.message)
