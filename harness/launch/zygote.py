@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..spec.rank_exit import exit_code
-from .process import GRACE_S, ProcessResult, end_group, signal_group
+from .process import GRACE_S, ProcessResult, end_group, end_processes, signal_group
 from .reaper import become_subreaper, die_with_parent, end_descendants
 
 READY_TIMEOUT_S = 300.0
@@ -253,23 +253,10 @@ def read_failure(log_dir: Path) -> dict | None:
 
 
 def _stop(pids: Mapping[int, int]) -> None:
-    """Stop the remaining ranks as torchrun's agent does: SIGTERM, then SIGKILL. They are
-    reaped by the caller's wait loop."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline:
-        if not any(_alive(pid) for pid in pids):
-            return
-        time.sleep(0.02)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """Stop the remaining ranks as torchrun's agent does: SIGTERM, then SIGKILL after GRACE_S
+    (process.end_processes). No reaping here: the caller's wait loop collects each rank's exit
+    code."""
+    end_processes(lambda: [pid for pid in pids if _alive(pid)], GRACE_S)
 
 
 def _alive(pid: int) -> bool:
