@@ -52,6 +52,9 @@ class ProcessResult:
     # never-started scheduler job: harness.launch.multinode / harness.launch.slurm).
     fault: str | None = None
     job: SchedulerJob | None = None
+    # The launcher that started the ranks (harness.launch.launcher): whose log layout and
+    # failure record the run has. None: a command that launched its own processes.
+    launcher: str | None = None
 
     @property
     def ok(self) -> bool:

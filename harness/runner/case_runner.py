@@ -19,8 +19,6 @@ from harness.compare.case_verdict import CaseVerdict, UpdatesRequest, judge
 from harness.compare.dumps import folder_bytes, settle_dumps
 from harness.compare.verdict import UPDATE_RESOLUTION, RelativeThresholds, update_threshold
 from harness.launch import (
-    CommandBackend,
-    HarnessBackend,
     LaunchSpec,
     ProcessResult,
     RunOutputs,
@@ -28,6 +26,7 @@ from harness.launch import (
 )
 from harness.launch.multinode import case_leases, placed, placement_problem
 from harness.launch.placement import launch_run
+from harness.launch.registry import backend_factory
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 from harness.results.result_record import Logs, Reference, ResultRecord, Timings
 from harness.reference.golden import (
@@ -53,18 +52,10 @@ from .settings import Outcome, Settings
 
 
 def make_backend(config: HarnessConfig, facts_dir: Path | None = None):
-    """The trainer backend the config (or the command line) names; `facts_dir`: where a foreign
-    binary's facts (flag listing, CUDA or not) are kept, beside the reference cache."""
-    spec = config.trainer
-    if spec.backend == "command":
-        return CommandBackend(spec.command, version=spec.version, env=dict(spec.env),
-                              base_dir=config.path.parent)
-    if spec.backend == "infinitrain":
-        from harness.launch.infinitrain import InfiniTrainBackend
-
-        return InfiniTrainBackend(spec.build_dir, spec.launch, env=dict(spec.env),
-                                  facts_dir=facts_dir, source=spec.build_source)
-    return HarnessBackend(env=dict(spec.env))
+    """The trainer backend the config (or the command line) names, made by its registered
+    factory (harness.launch.registry); `facts_dir`: where a foreign binary's facts (flag
+    listing, CUDA or not) are kept, beside the reference cache."""
+    return backend_factory(config.trainer.backend)(config, facts_dir)
 
 
 def trainer_identity(config: HarnessConfig, device: str) -> dict:
@@ -75,7 +66,7 @@ def trainer_identity(config: HarnessConfig, device: str) -> dict:
     try:
         backend = make_backend(config)
         version = backend.version()
-        identified = backend.identities() if hasattr(backend, "identities") else None
+        identified = backend.identities()
     except (OSError, ValueError):
         version = None  # an unusable build: each case says why
     build = str(spec.build_dir.resolve()) if spec.build_dir is not None else None
@@ -95,8 +86,8 @@ class UnavailableBackend:
     def _unavailable(self, *_args, **_kwargs):
         raise BackendUnavailable(self.problem)
 
-    version = unsupported = gradients_unavailable = gradient_shards = first_step = \
-        baseline_flags = \
+    version = identities = unsupported = gradients_unavailable = gradient_shards = \
+        first_step = baseline_flags = \
         launch = command = environment = collect = rank_logs = failing_rank = \
         working_dir = _unavailable
 
