@@ -20,6 +20,7 @@ import math
 import os
 import re
 import sys
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -224,16 +225,42 @@ def _float(text: str) -> float:
         return math.nan
 
 
-class HarnessBackend(WholeGradientsFromStart):
+class LauncherRanks(ABC):
+    """The answers of a trainer whose ranks a registered launcher starts (the one
+    settings.launcher names, harness.launch.registry): launching, and the rank logs and failure
+    record of the launcher that ran a result (ProcessResult.launcher). A backend that mixes it
+    in says what each rank runs in `rank_run`."""
+
+    # Whose layout a result that names no launcher has: the runs harness.launch.placement
+    # sends to several nodes or to Slurm are torchrun agents.
+    default_launcher = TorchrunLauncher.name
+
+    @abstractmethod
+    def rank_run(self, spec: LaunchSpec, timeout_s: float) -> RankRun:
+        """What the run's ranks run, as a launcher is asked to start them."""
+
+    def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
+        """Run it with the launcher settings.launcher names."""
+        return registry.launcher(settings.launcher).launch(self.rank_run(spec, settings.timeout_s))
+
+    def launcher_of(self, result: ProcessResult) -> Launcher:
+        """The launcher that ran `result`, whose logs and failure record it has."""
+        return registry.launcher(result.launcher or self.default_launcher)
+
+    def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
+        return self.launcher_of(result).rank_logs(spec.log_dir, result)
+
+    def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None:
+        return self.launcher_of(result).failing_rank(spec.log_dir, result)
+
+
+class HarnessBackend(LauncherRanks, WholeGradientsFromStart):
     """Our reference trainer, its ranks started by the launcher settings.launcher names
-    (harness.launch.registry: torchrun, or the pre-warmed zygote); its log layout and failure
-    record are that launcher's."""
+    (torchrun, or the pre-warmed zygote); its log layout and failure record are that
+    launcher's."""
 
     name = "harness"
     module = "harness.trainer"  # what each rank runs, as `python -m harness.trainer`
-    # Whose layout a result that names no launcher has: the runs harness.launch.placement
-    # sends to several nodes or to Slurm are torchrun agents (`command`, agent_command).
-    default_launcher = TorchrunLauncher.name
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self.env = dict(env or {})
@@ -275,10 +302,6 @@ class HarnessBackend(WholeGradientsFromStart):
         return RankRun(self.module, tuple(self.trainer_args(spec)), spec.world_size, spec.port,
                        self.environment(spec), spec.log_dir, timeout_s, self.working_dir(spec))
 
-    def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
-        """Run it with the launcher settings.launcher names."""
-        return registry.launcher(settings.launcher).launch(self.rank_run(spec, settings.timeout_s))
-
     def command(self, spec: LaunchSpec) -> list[str]:
         """torchrun's command (one process: `python -m harness.trainer`), the form a scheduler's
         job runs."""
@@ -298,16 +321,6 @@ class HarnessBackend(WholeGradientsFromStart):
             gradients_dir=spec.gradients_dir,
             run_record=read_json(spec.output_dir / "run.json"),
         )
-
-    def launcher_of(self, result: ProcessResult) -> Launcher:
-        """The launcher that ran `result` (it says so), whose logs and failure record it has."""
-        return registry.launcher(result.launcher or self.default_launcher)
-
-    def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
-        return self.launcher_of(result).rank_logs(spec.log_dir, result)
-
-    def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None:
-        return self.launcher_of(result).failing_rank(spec.log_dir, result)
 
 
 class CommandBackend(WholeGradientsFromStart):
