@@ -72,6 +72,7 @@ MODULES: dict[str, str] = {
     "tests/launch/test_multinode.py": UNIT,
     "tests/launch/test_process.py": SUBPROCESS,
     "tests/launch/test_reaper.py": SUBPROCESS,
+    "tests/launch/test_registered_parts.py": SUBPROCESS,
     "tests/launch/test_slurm.py": SUBPROCESS,
     "tests/launch/test_slurm_docs.py": SUBPROCESS,
     "tests/launch/test_trainer_sources.py": UNIT,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.launch.registry import backend_names
 from harness.spec.flags import FLAG_TABLE, HARNESS, reference_args, unknown_to
 from harness.spec.tolerance import Tolerance, Tolerances  # noqa: F401  (HarnessConfig's field type)
 
@@ -45,7 +46,10 @@ class Assets:
     dir: Path | None = None
 
 
-BACKENDS = ("harness", "command", "infinitrain")
+# The trainer backends registered when this module is imported (harness.launch.registry), for
+# what is built once from them (--harness-trainer's choices, the shipped schema); a config is
+# checked against those registered at the time (TrainerSpec).
+BACKENDS = backend_names()
 # InfiniTrain's launch modes: threads (one process, --nthread_per_process N) or infini_run
 INFINITRAIN_LAUNCHES = ("threads", "infini_run")
 
@@ -88,9 +92,9 @@ class TrainerSpec:
     build_source: str = "--infinitrain-build"
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
+        if self.backend not in backend_names():
             raise ValueError(f"backend is {self.backend!r}; expected one of "
-                             f"{', '.join(BACKENDS)}")
+                             f"{', '.join(backend_names())}")
         if self.backend == "command" and not self.command:
             raise ValueError("backend 'command' needs a `command` template (a list of strings)")
         if self.backend == "infinitrain" and self.build_dir is None:

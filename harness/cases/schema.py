@@ -10,10 +10,13 @@ line naming the file, the case and the field.
 from __future__ import annotations
 
 import json
+from typing import Sequence
 
 from harness.cases.config_types import BACKENDS, INFINITRAIN_LAUNCHES
 from harness.spec.flags import FLAGS
 from harness.spec.models import MODEL_SPECS
+
+from .config_types import BACKENDS
 
 SCHEMA_ID = "https://example.invalid/harness/test_config.schema.json"
 
@@ -168,6 +171,17 @@ SCHEMA: dict = {
         },
     },
 }
+
+
+def with_backends(backends: Sequence[str]) -> dict:
+    """SCHEMA with `trainer.backend` one of `backends`: the loader passes those registered at
+    the time (harness.launch.registry), so a backend registered after import is a valid one."""
+    if list(backends) == list(BACKENDS):
+        return SCHEMA
+    properties = SCHEMA["properties"]
+    trainer = properties["trainer"]
+    return {**SCHEMA, "properties": {**properties, "trainer": {
+        **trainer, "properties": {**trainer["properties"], "backend": {"enum": list(backends)}}}}}
 
 
 def schema_text() -> str:

@@ -10,12 +10,14 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
+from harness.launch.registry import backend_names
+
 from .errors import failer_for
-from .schema import SCHEMA
+from .schema import SCHEMA, with_backends
 
 
 def validate_schema(path: Path, data: Any) -> None:
-    validator = jsonschema.Draft202012Validator(SCHEMA)
+    validator = jsonschema.Draft202012Validator(with_backends(backend_names()))
     error = best_match(validator.iter_errors(data))
     if error is None:
         _check_names(path, data)

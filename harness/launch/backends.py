@@ -1,9 +1,10 @@
 """Trainer backends: how a run is launched and how its outputs are read back.
 
-- HarnessBackend: our trainer, `python -m harness.trainer` for one process and
+- HarnessBackend: our trainer, its ranks started by the launcher the settings name
+  (harness.launch.registry: torchrun, `python -m harness.trainer` for one process and
   `python -m torch.distributed.run --nproc-per-node N --rdzv-backend c10d
-  --rdzv-endpoint 127.0.0.1:PORT ... -m harness.trainer` (torchrun) for more, with per-rank logs
-  under the run's log folder. Outputs: run.json, steps.jsonl, the gradient dump.
+  --rdzv-endpoint 127.0.0.1:PORT ... -m harness.trainer` for more; or the zygote), whose log
+  layout and failure record it reads. Outputs: run.json, steps.jsonl, the gradient dump.
 - CommandBackend: another trainer, from an argv template (a list; placeholders in braces, see
   PLACEHOLDERS). It must print InfiniTrain-style step lines and dump `<name>.npy` gradients into
   {gradients_dir}; if it writes our steps.jsonl / run.json into {output_dir} those are used.
@@ -19,17 +20,23 @@ import math
 import os
 import re
 import sys
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.baseline.semantics import BaselineUnmatched
 from harness.spec.flags import flag_argv
-from harness.spec.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR, first_failed_rank
+from harness.spec.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR
 from harness.spec.records import read_json, read_jsonl
 
+from . import registry
+from .launcher import Launcher, RankRun, rank_with_traceback
 from .process import ProcessResult
-from .torchrun import torchrun_command
+from .torchrun import TorchrunLauncher
+
+if TYPE_CHECKING:
+    from harness.cases import HarnessConfig
 
 PLACEHOLDERS = ("python", "world_size", "port", "output_dir", "gradients_dir", "log_dir",
                 "checkpoint", "input_bin", "model", "case", "device", "devices", "flags")
@@ -70,9 +77,13 @@ class TrainerBackend(Protocol):
     """What the case runner asks of a trainer, declared in full (no backend is probed for a
     method it may lack)."""
 
-    name: str
+    name: str  # its registry name (harness.launch.registry)
 
     def version(self) -> str: ...
+
+    def identities(self) -> dict[str, str] | None:
+        """How each of its binaries was identified (model -> `elf`, `script -> /path`), for the
+        session header; None for a trainer without binaries of its own."""
 
     def unsupported(self, model: str, flags: dict, world_size: int) -> str | None:
         """Why this trainer build cannot run these flags at all (the case is skipped with it),
@@ -136,6 +147,9 @@ def run_command(backend: TrainerBackend, spec: LaunchSpec, settings) -> ProcessR
 class WholeGradientsFromStart:
     """The answers of a trainer that runs whatever flags it is given from step 1 and dumps
     whole (gathered) gradients: the bundled trainer, and a command trainer by its contract."""
+
+    def identities(self) -> dict[str, str] | None:
+        return None
 
     def unsupported(self, model: str, flags: dict, world_size: int) -> str | None:
         return None
@@ -211,15 +225,50 @@ def _float(text: str) -> float:
         return math.nan
 
 
-class HarnessBackend(WholeGradientsFromStart):
-    """Our reference trainer, through torchrun for more than one process, or forked from a
-    pre-warmed zygote (`launch`, settings.launcher == "zygote")."""
+class LauncherRanks(ABC):
+    """The answers of a trainer whose ranks a registered launcher starts (the one
+    settings.launcher names, harness.launch.registry): launching, and the rank logs and failure
+    record of the launcher that ran a result (ProcessResult.launcher). A backend that mixes it
+    in says what each rank runs in `rank_run`."""
+
+    # Whose layout a result that names no launcher has: the runs harness.launch.placement
+    # sends to several nodes or to Slurm are torchrun agents.
+    default_launcher = TorchrunLauncher.name
+
+    @abstractmethod
+    def rank_run(self, spec: LaunchSpec, timeout_s: float) -> RankRun:
+        """What the run's ranks run, as a launcher is asked to start them."""
+
+    def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
+        """Run it with the launcher settings.launcher names."""
+        return registry.launcher(settings.launcher).launch(self.rank_run(spec, settings.timeout_s))
+
+    def launcher_of(self, result: ProcessResult) -> Launcher:
+        """The launcher that ran `result`, whose logs and failure record it has."""
+        return registry.launcher(result.launcher or self.default_launcher)
+
+    def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
+        return self.launcher_of(result).rank_logs(spec.log_dir, result)
+
+    def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None:
+        return self.launcher_of(result).failing_rank(spec.log_dir, result)
+
+
+class HarnessBackend(LauncherRanks, WholeGradientsFromStart):
+    """Our reference trainer, its ranks started by the launcher settings.launcher names
+    (torchrun, or the pre-warmed zygote); its log layout and failure record are that
+    launcher's."""
 
     name = "harness"
+    module = "harness.trainer"  # what each rank runs, as `python -m harness.trainer`
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self.env = dict(env or {})
         self._version: str | None = None
+
+    @classmethod
+    def from_config(cls, config: HarnessConfig, facts_dir: Path | None = None) -> HarnessBackend:
+        return cls(env=dict(config.trainer.env))
 
     def version(self) -> str:
         """The trainer's identity for the reference cache: a digest of every harness module
@@ -248,25 +297,15 @@ class HarnessBackend(WholeGradientsFromStart):
             trainer.append(f"--dump_gradients={spec.gradients_dir}")
         return trainer
 
-    def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
-        """Run it: through the zygote (harness.launch.zygote) when settings.launcher is
-        "zygote" and the environment lets one serve (no interpreter start-up variables of the
-        config's own, such as PYTHONPATH), else as `command` says (torchrun)."""
-        from .zygote import shared_zygote, startup_environment_differs
-
-        stdout, stderr = spec.log_dir / "launcher.stdout", spec.log_dir / "launcher.stderr"
-        env = self.environment(spec)
-        if settings.launcher == "zygote" and not startup_environment_differs(env):
-            return shared_zygote().run(self.trainer_args(spec), env, spec.world_size, spec.port,
-                                       spec.log_dir, settings.timeout_s, stdout, stderr)
-        return run_command(self, spec, settings)
+    def rank_run(self, spec: LaunchSpec, timeout_s: float) -> RankRun:
+        """The run's ranks as a launcher is asked to start them."""
+        return RankRun(self.module, tuple(self.trainer_args(spec)), spec.world_size, spec.port,
+                       self.environment(spec), spec.log_dir, timeout_s, self.working_dir(spec))
 
     def command(self, spec: LaunchSpec) -> list[str]:
-        trainer = self.trainer_args(spec)
-        if spec.world_size == 1:
-            return [sys.executable, "-m", "harness.trainer", *trainer]
-        return torchrun_command(trainer, spec.world_size, f"127.0.0.1:{spec.port}",
-                                spec.log_dir / "ranks")
+        """torchrun's command (one process: `python -m harness.trainer`), the form a scheduler's
+        job runs."""
+        return TorchrunLauncher().command(self.rank_run(spec, 0.0))
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         env = base_environment(spec, self.env)
@@ -282,48 +321,6 @@ class HarnessBackend(WholeGradientsFromStart):
             gradients_dir=spec.gradients_dir,
             run_record=read_json(spec.output_dir / "run.json"),
         )
-
-    def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
-        if (spec.log_dir / "ranks" / "node0").is_dir():  # one torchrun agent per node
-            from .multinode import node_rank_logs
-
-            return node_rank_logs(spec.log_dir)
-        logs: dict[str, list[Path]] = {}
-        for path in sorted((spec.log_dir / "ranks").glob("**/attempt_*/*/*.log")):
-            logs.setdefault(path.parent.name, []).append(path)
-        return logs
-
-    def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None:
-        from .zygote import read_failure
-
-        failure = read_failure(spec.log_dir)  # the zygote's leader writes it as data
-        if failure is not None:
-            return str(failure["first"]["rank"])
-        records = spec.log_dir / RANK_FAILURES_DIR  # each rank's own record of its exception
-        try:  # torchrun's agent says it only in its ChildFailedError text
-            text = result.stderr.read_text(errors="replace") + result.stdout.read_text(errors="replace")
-        except OSError:
-            first = first_failed_rank(records)
-            return None if first is None else str(first)
-        root = text.rfind("Root Cause")
-        match = re.search(r"rank\s*:\s*(\d+)", text[root:]) if root >= 0 else None
-        # the records correct torchrun's whole-second tie-break between ranks that raised
-        first = first_failed_rank(records, int(match.group(1)) if match else None)
-        if first is not None:
-            return str(first)
-        return _rank_with_traceback(self.rank_logs(spec, result))
-
-
-def _rank_with_traceback(logs: dict[str, list[Path]]) -> str | None:
-    for rank in sorted(logs, key=lambda r: (len(r), r)):
-        for path in logs[rank]:
-            try:
-                text = path.read_text(errors="replace")
-            except OSError:
-                continue
-            if "Traceback" in text or "error:" in text:
-                return rank
-    return None
 
 
 class CommandBackend(WholeGradientsFromStart):
@@ -344,6 +341,12 @@ class CommandBackend(WholeGradientsFromStart):
                 if name not in PLACEHOLDERS:
                     raise ValueError(f"command template item {item!r}: unknown placeholder "
                                      f"{{{name}}}; expected one of {', '.join(PLACEHOLDERS)}")
+
+    @classmethod
+    def from_config(cls, config: HarnessConfig, facts_dir: Path | None = None) -> CommandBackend:
+        spec = config.trainer
+        return cls(spec.command, version=spec.version, env=dict(spec.env),
+                   base_dir=config.path.parent)
 
     def version(self) -> str:
         """The configured version, else a hash of the template and of every file it names."""
@@ -397,4 +400,4 @@ class CommandBackend(WholeGradientsFromStart):
         return logs
 
     def failing_rank(self, spec: LaunchSpec, result: ProcessResult) -> str | None:
-        return _rank_with_traceback(self.rank_logs(spec, result))
+        return rank_with_traceback(self.rank_logs(spec, result))

@@ -92,6 +92,13 @@ class InfiniTrainBackend:
         self.facts_dir = Path(facts_dir) if facts_dir is not None else None
         self._facts: dict[str, BinaryFacts] = {}
 
+    @classmethod
+    def from_config(cls, config, facts_dir: Path | None = None) -> "InfiniTrainBackend":
+        """The backend a config's trainer section names (harness.launch.registry's factory)."""
+        spec = config.trainer
+        return cls(spec.build_dir, spec.launch, env=dict(spec.env), facts_dir=facts_dir,
+                   source=spec.build_source)
+
     # ------------------------------------------------------------------ the build
 
     def binary(self, model: str) -> Path:

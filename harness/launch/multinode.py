@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .process import ProcessResult, end, start
-from .torchrun import torchrun_command
+from .torchrun import node_rank_logs, torchrun_command
 
 AGENT_GRACE_S = 15.0
 _GLOBAL_RANKS = re.compile(r"group_rank=(\d+).*?global_ranks=\[([\d,\s]*)\]", re.S)
@@ -264,33 +264,6 @@ def global_ranks(agent_log: Path) -> list[int] | None:
     if not found:
         return None
     return [int(r) for r in found[-1][1].split(",") if r.strip()]
-
-
-def node_rank_logs(log_dir: Path) -> dict[str, list[Path]]:
-    """Each global rank's log files under logs/ranks/node<i>/, keyed as on one node."""
-    try:
-        record = json.loads((log_dir / "nodes.json").read_text())
-    except (OSError, ValueError):
-        record = {"nodes": []}
-    ranks_of = {n["node"]: n.get("global_ranks") for n in record.get("nodes", [])}
-    per_node = None
-    logs: dict[str, list[Path]] = {}
-    for node_dir in sorted((log_dir / "ranks").glob("node*")):
-        try:
-            node = int(node_dir.name[4:])
-        except ValueError:
-            continue
-        for path in sorted(node_dir.glob("**/attempt_*/*/*.log")):
-            local = int(path.parent.name)
-            mapping = ranks_of.get(node)
-            if mapping and local < len(mapping):
-                rank = mapping[local]
-            else:  # unknown assignment: node-major, as a static rendezvous would give
-                if per_node is None:
-                    per_node = max(1, len({p.parent.name for p in node_dir.glob("**/attempt_*/*/*.log")}))
-                rank = node * per_node + local
-            logs.setdefault(str(rank), []).append(path)
-    return logs
 
 
 def _signal_name(number: int) -> str:

@@ -6,6 +6,12 @@ start (torch 2.13's torchrun starts each rank in a new one). Ending a run is one
 reaper, which ends every descendant by pid; the reaper's group is killed as well, in case the
 reaper itself was killed. The reaper dies with its parent, so even pytest killed by SIGKILL
 leaves nothing behind.
+
+Ending processes (SIGTERM, wait up to GRACE_S, SIGKILL, reap) is written once, here:
+`end_processes`, over the pids a caller names. The reaper ends its descendants with it, the
+zygote's leader its remaining ranks, and `end_group` a process group. This module imports the
+standard library only, so the reaper (`python -I -S reaper.py`, no package) imports it as a
+file beside its own.
 """
 
 from __future__ import annotations
@@ -17,10 +23,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
-from .reaper import GRACE_S
-
+GRACE_S = 5.0  # SIGTERM to SIGKILL, as torchrun's agent gives its workers
 REAPER = Path(__file__).with_name("reaper.py")
 
 
@@ -47,6 +52,9 @@ class ProcessResult:
     # never-started scheduler job: harness.launch.multinode / harness.launch.slurm).
     fault: str | None = None
     job: SchedulerJob | None = None
+    # The launcher that started the ranks (harness.launch.launcher): whose log layout and
+    # failure record the run has. None: a command that launched its own processes.
+    launcher: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -86,16 +94,81 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
+def _live_processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every live process, from /proc; zombies are left
+    out (already dead, only waiting to be reaped)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != b"Z":
+            found[int(entry)] = (int(fields[1]), int(fields[2]))
+    return found
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root`, by /proc parent links (parents before children)."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _group) in _live_processes().items():
+        children.setdefault(parent, []).append(pid)
+    found, frontier = [], [root]
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+def group_members(pgid: int) -> list[int]:
+    """Every live process of the process group pgid."""
+    return sorted(pid for pid, (_parent, group) in _live_processes().items() if group == pgid)
+
+
+def end_processes(alive: Callable[[], Collection[int]], grace_s: float = GRACE_S,
+                  reap: Callable[[], object] | None = None) -> list[int]:
+    """End processes, the one way this package does: SIGTERM each, wait up to grace_s for all
+    to go, then SIGKILL what is left and wait up to grace_s again. Returns every pid seen, in
+    the order first seen.
+
+    `alive()` names the live processes to end; it is asked again between looks, so one started
+    meanwhile (a rank forked after the first look) is signalled too, and the wait ends as soon
+    as it names none. Each pid gets each signal once: a second SIGTERM would interrupt the
+    clean-up a first one started (torchrun's agent stopping its workers). `reap()`, when the
+    caller is the processes' parent or subreaper, collects the exited ones between looks; a
+    caller that waits for them itself (the zygote's leader, which records each rank's exit code)
+    passes none."""
+    seen: dict[int, None] = {}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        signalled: set[int] = set()
+        deadline = time.monotonic() + grace_s
+        while True:
+            pids = alive()
+            if not pids:
+                return list(seen)
+            for pid in pids:
+                seen.setdefault(pid, None)
+                if pid not in signalled:
+                    signalled.add(pid)
+                    try:
+                        os.kill(pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            if reap is not None:
+                reap()
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+    return list(seen)
+
+
 def end_group(pgid: int, grace_s: float = GRACE_S) -> None:
-    """SIGTERM the group, then SIGKILL what is left of it after grace_s."""
-    if not signal_group(pgid, signal.SIGTERM):
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not signal_group(pgid, 0):
-            return
-        time.sleep(0.02)
-    signal_group(pgid, signal.SIGKILL)
+    """End every process of the group (end_processes over its live members)."""
+    end_processes(lambda: group_members(pgid), grace_s)
 
 
 def end(process: subprocess.Popen, grace_s: float = GRACE_S) -> int | None:

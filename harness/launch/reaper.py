@@ -27,7 +27,9 @@ subreaper works for any user on any Linux.
 `--exit-file F` writes `{"returncode": R, "ended": <unix time>}` when the command ends: the
 per-node exit code of a Slurm job, as data (harness.launch.slurm).
 
-This file imports the standard library only and runs with `-I -S`: it starts in ~15 ms.
+This file and harness/launch/process.py (where ending processes is written once: SIGTERM,
+SIGKILL after GRACE_S, reap) import the standard library only; run with `-I -S` it imports
+process.py as a file beside its own.
 """
 
 from __future__ import annotations
@@ -40,7 +42,13 @@ import signal
 import sys
 import time
 
-GRACE_S = 5.0
+if __package__:
+    from .process import GRACE_S, descendants, end_processes
+else:  # run as a file with -I -S (see above): no package, and its folder is not on sys.path
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    from process import GRACE_S, descendants, end_processes  # noqa: E402
+
+__all__ = ["GRACE_S", "descendants", "end_descendants"]  # GRACE_S, descendants: as before
 CANNOT_START = 127  # the command could not be executed (a shell's code for it)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -58,29 +66,6 @@ def become_subreaper() -> None:
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     _prctl(_PR_SET_PDEATHSIG, int(sig))
-
-
-def descendants(root: int) -> list[int]:
-    """Every live process below `root`, by /proc parent links (parents before children)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] == b"Z":  # a zombie: already dead, only waiting to be reaped
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    found, frontier = [], [root]
-    while frontier:
-        pid = frontier.pop()
-        for child in children.get(pid, ()):
-            found.append(child)
-            frontier.append(child)
-    return found
 
 
 def _name(pid: int) -> str:
@@ -104,31 +89,24 @@ def _reap() -> bool:
 
 
 def end_descendants(root: int, grace_s: float = GRACE_S) -> list[tuple[int, str]]:
-    """SIGTERM every descendant of `root`, SIGKILL what is left after grace_s, until none is
-    left. Returns (pid, name) of each process that was found alive. `root` must be this
-    process, or a process whose orphans come to this one (a subreaper), for them to be reaped."""
-    seen: dict[int, str] = {}
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
-        deadline = time.monotonic() + wait
-        while True:
-            alive = descendants(root)
-            if not alive:
-                # Zombies re-parented to us are ours to collect, or init inherits them.
-                settle = time.monotonic() + 1.0
-                while not _reap() and time.monotonic() < settle and root == os.getpid():
-                    time.sleep(0.01)
-                return sorted(seen.items())
-            for pid in alive:
-                seen.setdefault(pid, _name(pid))
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            _reap()
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-    return sorted(seen.items())
+    """End every descendant of `root` (process.end_processes: SIGTERM, SIGKILL what is left
+    after grace_s), until none is left. Returns (pid, name) of each process that was found
+    alive. `root` must be this process, or a process whose orphans come to this one (a
+    subreaper), for them to be reaped."""
+    names: dict[int, str] = {}
+
+    def alive() -> list[int]:
+        pids = descendants(root)
+        for pid in pids:
+            names.setdefault(pid, _name(pid))  # named while alive: /proc forgets it after
+        return pids
+
+    end_processes(alive, grace_s, reap=_reap)
+    # Zombies re-parented to us are ours to collect, or init inherits them.
+    settle = time.monotonic() + 1.0
+    while root == os.getpid() and not _reap() and time.monotonic() < settle:
+        time.sleep(0.01)
+    return sorted(names.items())
 
 
 class _Stop(Exception):

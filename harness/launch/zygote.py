@@ -18,7 +18,7 @@ Processes, for one run of N ranks::
   LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; torchrun's
   OMP_NUM_THREADS=1 default for N > 1), applies OMP_NUM_THREADS with torch.set_num_threads,
   sends its stdout / stderr to `<log_dir>/ranks/zygote/attempt_0/<rank>/{stdout,stderr}.log`
-  (torchrun's layout, so HarnessBackend.rank_logs reads both) and calls the trainer's
+  (ZygoteLauncher.rank_logs; torchrun's layout, for people who know it) and calls the trainer's
   `main(argv)` in-process; init_process_group then meets over MASTER_PORT (gloo on CPU).
 - The leader behaves as torchrun's agent does: when a rank fails it stops the others
   (SIGTERM, then SIGKILL after GRACE_S), writes torchrun's failure summary (`Root Cause ...
@@ -35,6 +35,10 @@ Processes, for one run of N ranks::
 The command recorded for a run, `python -m harness.launch.zygote run --nproc-per-node N
 --master-port P --log-dir D -- <trainer flags>`, runs the same leader without a zygote, so it
 reproduces the run by hand.
+
+ZygoteLauncher is the zygote behind the Launcher protocol (harness.launch.launcher): its
+failure record is failure.json, its log layout the folders above; a run it cannot serve (another
+module than the bundled trainer, or interpreter start-up variables of its own) goes to torchrun.
 """
 
 from __future__ import annotations
@@ -51,12 +55,15 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..spec.rank_exit import exit_code
-from .process import GRACE_S, ProcessResult, end_group, signal_group
+from .launcher import RankRun
+from .process import GRACE_S, ProcessResult, end_group, end_processes, signal_group
 from .reaper import become_subreaper, die_with_parent, end_descendants
+from .torchrun import TorchrunLauncher
 
 READY_TIMEOUT_S = 300.0
 # Imported once in the zygote; anything missing (a module being refactored) is skipped, and is
@@ -94,6 +101,7 @@ PRELOAD = (
 _STARTUP_EXEMPT = {"PYTHONUNBUFFERED"}
 _STARTUP_PREFIXES = ("PYTHON", "LD_", "MALLOC_")
 TRAINER_MAIN = Path(__file__).resolve().parents[1] / "trainer" / "__main__.py"
+TRAINER_MODULE = "harness.trainer"  # the one module a zygote has preloaded and serves
 
 
 def startup_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -232,8 +240,8 @@ FAILURE_FILE = "failure.json"
 
 def write_failure(log_dir: Path, first, others) -> None:
     """The run's failure as data, `<log_dir>/failure.json`: the first failing rank, then the
-    others, each with its exit code, pid and time (what HarnessBackend.failing_rank reads; the
-    text summary on stderr is for people)."""
+    others, each with its exit code, pid and time (what ZygoteLauncher.failing_rank reads;
+    the text summary on stderr is for people)."""
     def entry(failure):
         rank, code, pid, when = failure
         return {"rank": rank, "exitcode": code, "pid": pid, "time": when}
@@ -253,23 +261,10 @@ def read_failure(log_dir: Path) -> dict | None:
 
 
 def _stop(pids: Mapping[int, int]) -> None:
-    """Stop the remaining ranks as torchrun's agent does: SIGTERM, then SIGKILL. They are
-    reaped by the caller's wait loop."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline:
-        if not any(_alive(pid) for pid in pids):
-            return
-        time.sleep(0.02)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """Stop the remaining ranks as torchrun's agent does: SIGTERM, then SIGKILL after GRACE_S
+    (process.end_processes). No reaping here: the caller's wait loop collects each rank's exit
+    code."""
+    end_processes(lambda: [pid for pid in pids if _alive(pid)], GRACE_S)
 
 
 def _alive(pid: int) -> bool:
@@ -601,6 +596,48 @@ def _close_shared() -> None:
                 _SHARED.log_path.unlink()
             except OSError:
                 pass
+
+
+class ZygoteLauncher:
+    """The Launcher protocol over this process's zygote (shared_zygote)."""
+
+    name = "zygote"
+
+    def __init__(self) -> None:
+        # What runs a run the zygote cannot serve, and reads its one-process runs' failures.
+        self.torchrun = TorchrunLauncher()
+
+    def serves(self, run: RankRun) -> bool:
+        """Whether the zygote can run it: the bundled trainer, in an environment without
+        interpreter start-up variables of its own (such as a config's PYTHONPATH)."""
+        return run.module == TRAINER_MODULE and not startup_environment_differs(run.env)
+
+    def command(self, run: RankRun) -> list[str]:
+        if not self.serves(run):
+            return self.torchrun.command(run)
+        return command(run.world_size, run.port, run.log_dir, run.args)
+
+    def launch(self, run: RankRun) -> ProcessResult:
+        if not self.serves(run):
+            return self.torchrun.launch(run)
+        result = shared_zygote().run(run.args, run.env, run.world_size, run.port, run.log_dir,
+                                     run.timeout_s, run.stdout, run.stderr, cwd=run.cwd)
+        return replace(result, launcher=self.name)
+
+    def rank_logs(self, log_dir: Path, result: ProcessResult) -> dict[str, list[Path]]:
+        logs: dict[str, list[Path]] = {}
+        for path in sorted(rank_log_dir(log_dir, 0).parent.glob("*/*.log")):
+            logs.setdefault(path.parent.name, []).append(path)
+        return logs
+
+    def failing_rank(self, log_dir: Path, result: ProcessResult) -> str | None:
+        failure = read_failure(log_dir)  # the leader writes it as data
+        if failure is not None:
+            return str(failure["first"]["rank"])
+        # No record: one process (it runs as `python -m harness.trainer`, its launcher files
+        # are its own), or a leader ended before writing one; the ranks' own records and logs
+        # then say it, read as under torchrun.
+        return self.torchrun.failing_rank(log_dir, result)
 
 
 # ---------------------------------------------------------------------- command line

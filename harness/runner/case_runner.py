@@ -44,8 +44,9 @@ from harness.compare.case_verdict import UpdatesRequest
 from harness.compare.case_verdict import judge as judge_runs
 from harness.compare.dumps import folder_bytes, settle_dumps
 from harness.compare.verdict import UPDATE_RESOLUTION, update_threshold
-from harness.launch import CommandBackend, HarnessBackend, LaunchSpec, ProcessResult
+from harness.launch import LaunchSpec, ProcessResult
 from harness.launch.multinode import case_leases, placed, placement_problem
+from harness.launch.registry import backend_factory
 from harness.reference import ReferenceCache, ReferenceEntry, ReferenceError, reference_key
 from harness.reference.golden import (
     GoldenStore,
@@ -82,18 +83,10 @@ from .stages import (
 
 
 def make_backend(config: HarnessConfig, facts_dir: Path | None = None):
-    """The trainer backend the config (or the command line) names; `facts_dir`: where a foreign
-    binary's facts (flag listing, CUDA or not) are kept, beside the reference cache."""
-    spec = config.trainer
-    if spec.backend == "command":
-        return CommandBackend(spec.command, version=spec.version, env=dict(spec.env),
-                              base_dir=config.path.parent)
-    if spec.backend == "infinitrain":
-        from harness.launch.infinitrain import InfiniTrainBackend
-
-        return InfiniTrainBackend(spec.build_dir, spec.launch, env=dict(spec.env),
-                                  facts_dir=facts_dir, source=spec.build_source)
-    return HarnessBackend(env=dict(spec.env))
+    """The trainer backend the config (or the command line) names, made by its registered
+    factory (harness.launch.registry); `facts_dir`: where a foreign binary's facts (flag
+    listing, CUDA or not) are kept, beside the reference cache."""
+    return backend_factory(config.trainer.backend)(config, facts_dir)
 
 
 def trainer_identity(config: HarnessConfig, device: str) -> dict:
@@ -104,7 +97,7 @@ def trainer_identity(config: HarnessConfig, device: str) -> dict:
     try:
         backend = make_backend(config)
         version = backend.version()
-        identified = backend.identities() if hasattr(backend, "identities") else None
+        identified = backend.identities()
     except (OSError, ValueError):
         version = None  # an unusable build: each case says why
     build = str(spec.build_dir.resolve()) if spec.build_dir is not None else None
@@ -124,8 +117,8 @@ class UnavailableBackend:
     def _unavailable(self, *_args, **_kwargs):
         raise BackendUnavailable(self.problem)
 
-    version = unsupported = gradients_unavailable = gradient_shards = first_step = \
-        baseline_flags = \
+    version = identities = unsupported = gradients_unavailable = gradient_shards = \
+        first_step = baseline_flags = \
         launch = command = environment = collect = rank_logs = failing_rank = \
         working_dir = _unavailable
 

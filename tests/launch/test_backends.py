@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,8 @@ def test_step_lines_parse_infinitrain_format():
     assert parsed[1]["loss_resolution"] is None  # not a number: no print resolution
 
 
-def _finished_run(tmp_path, stdout: str, stderr: str, world_size: int = 2, argv=("x",)):
+def _finished_run(tmp_path, stdout: str, stderr: str, world_size: int = 2, argv=("x",),
+                  launcher: str | None = None):
     """A LaunchSpec and the ProcessResult of a run that exited 1 with these launcher logs."""
     from harness.launch.process import ProcessResult
 
@@ -47,7 +49,7 @@ def _finished_run(tmp_path, stdout: str, stderr: str, world_size: int = 2, argv=
                       checkpoint=tmp_path / "c.bin", input_bin=tmp_path / "t.bin",
                       output_dir=tmp_path / "out", gradients_dir=None, log_dir=logs)
     return spec, ProcessResult(tuple(argv), 1, False, 1.0, logs / "launcher.stdout",
-                               logs / "launcher.stderr")
+                               logs / "launcher.stderr", launcher=launcher)
 
 
 def test_the_failing_rank_of_a_zygote_run_is_read_from_its_failure_record(tmp_path):
@@ -56,11 +58,13 @@ def test_the_failing_rank_of_a_zygote_run_is_read_from_its_failure_record(tmp_pa
     from harness.launch.backends import HarnessBackend
     from harness.launch.zygote import read_failure, write_failure
 
-    spec, result = _finished_run(tmp_path, "", "something went wrong\n")
+    spec, result = _finished_run(tmp_path, "", "something went wrong\n", launcher="zygote")
     logs = spec.log_dir
     write_failure(logs, (1, -11, 4242, 10.0), [(0, 1, 4241, 11.0)])
     assert read_failure(logs)["others"][0] == {"rank": 0, "exitcode": 1, "pid": 4241, "time": 11.0}
     assert HarnessBackend().failing_rank(spec, result) == "1"
+    # the record is the zygote's: a torchrun run's failure is not read from it
+    assert HarnessBackend().failing_rank(spec, replace(result, launcher="torchrun")) is None
     (logs / "failure.json").write_text("{")  # unreadable: not trusted, the text is read
     assert HarnessBackend().failing_rank(spec, result) is None
 
