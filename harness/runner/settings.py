@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.cases.config_types import BACKENDS, INFINITRAIN_LAUNCHES, Overrides
+from harness.launch.registry import launcher_names
 
-# How the bundled trainer's ranks start (harness.launch.backends); --harness-launcher also takes
-# `auto`, resolved in Settings.derive.
-LAUNCHERS = ("torchrun", "zygote")
+# How the bundled trainer's ranks start: the launchers registered in harness.launch.registry;
+# --harness-launcher also takes `auto`, resolved in Settings.derive.
+LAUNCHERS = launcher_names()
 DEVICES = ("cpu", "cuda")
 
 
@@ -347,6 +348,8 @@ class Settings:
         table = option_fields()
         for name in ("device", "launcher", "keep_dumps", "scheduler"):  # the options' choices
             value, allowed = getattr(self, name), table[name].choices
+            if name == "launcher":  # those registered now: a launcher may be added at run time
+                allowed = ("auto", *launcher_names())
             if value not in allowed:
                 raise ValueError(f"{table[name].flag} {value!r}: expected one of "
                                  f"{', '.join(allowed)}")
