@@ -21,7 +21,7 @@ from bench_common import header, median
 from harness.assets.generate import ensure_assets
 from harness.trainer.data import StepBatches
 from harness.trainer.engine import SingleDeviceEngine
-from harness.spec.llmc import read_checkpoint, read_tokens
+from harness.contracts.llmc import read_checkpoint, read_tokens
 from harness.trainer.models import build_model, load_weights
 
 

@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO))
 from harness.compare.render import MARKDOWN, table  # noqa: E402
 from harness.launch.process import end, start, tail  # noqa: E402
 from harness.report.reading import NoResults, latest_results, read_session  # noqa: E402
-from harness.spec.records import STEPS_NAME, read_json, read_jsonl  # noqa: E402
+from harness.contracts.records import STEPS_NAME, read_json, read_jsonl  # noqa: E402
 
 FORMAT = "harness.gpu_check/1"
 LAUNCHERS = ("torchrun", "zygote")
@@ -370,7 +370,7 @@ def read_steps(folder: Path) -> list[dict]:
 def run_cross_device(summary: dict, a, out: Path, cache: Path, dtypes: list[str]) -> None:
     from harness.compare import compare_gradients, compare_losses
     from harness.compare.verdict import relative_thresholds
-    from harness.spec.tolerance import Tolerance
+    from harness.contracts.tolerance import Tolerance
 
     cross = summary["cross_device"]
     config = cross_device_config(a.config, dtypes, out)

@@ -32,7 +32,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench_common import PYTHON, REPO, header, median
-from harness.spec.records import RESULTS_NAME, read_jsonl
+from harness.contracts.records import RESULTS_NAME, read_jsonl
 
 TAG = "overhead"
 CONFIG = {

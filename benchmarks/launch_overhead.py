@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_common import machine, median  # noqa: E402
-from harness.spec.records import read_steps  # noqa: E402
+from harness.contracts.records import read_steps  # noqa: E402
 
 FLAGS = {"dtype": "float32", "batch_size": 2, "sequence_length": 32, "learning_rate": 0.001,
          "weight_decay": 0.0, "optimizer": "sgd", "seed": 42, "pipeline_parallel": 2,

@@ -54,7 +54,7 @@ from harness.layout import PipelineLayout
 
 def make_model(out: Path, vocab: int, layers: int, width: int, block: int) -> tuple[Path, Path]:
     from harness.assets.generate import init_weights, token_stream
-    from harness.spec.llmc import write_checkpoint, write_tokens
+    from harness.contracts.llmc import write_checkpoint, write_tokens
     from harness.trainer.models.configs import GPT2Config
 
     config = GPT2Config(block_size=block, vocab_size=vocab, n_layer=layers, n_head=width // 32,

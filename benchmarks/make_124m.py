@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.assets.generate import init_weights, token_stream
 from harness.assets.presets import PRESETS
-from harness.spec.llmc import write_checkpoint, write_tokens
+from harness.contracts.llmc import write_checkpoint, write_tokens
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ one function) is run against the tests that reach that function, from the fast t
 `pytest_add_cli_args_test_selection`; a failing test kills it. Scope (SCOPE below): everything
 under harness/compare (diff, verdicts, locator, failure text, disk policy), the runner's status
 decisions (CaseRunner.run / _run / skip_reason) and failure text (diagnosis.py), and the
-reference rule (harness.spec.flags.role_of / reference_args).
+reference rule (harness.contracts.flags.role_of / reference_args).
 
 Prints killed / survived / no tests / timeout per module and the score, killed (and timed out)
 over all mutants in scope; survivors matching EQUIVALENT (mutants that cannot change any
@@ -52,8 +52,8 @@ SCOPE = (
     "harness.runner.record.x_assemble__mutmut_*",
     "harness.runner.record.x__*__mutmut_*",
     "harness.runner.diagnosis.*",
-    "harness.spec.flags.x_role_of__mutmut_*",
-    "harness.spec.flags.x_reference_args__mutmut_*",
+    "harness.contracts.flags.x_role_of__mutmut_*",
+    "harness.contracts.flags.x_reference_args__mutmut_*",
 )
 
 # Survivors that cannot change an observable result: (name pattern, text of the mutated line,

@@ -26,7 +26,7 @@ from harness.cases import Tolerance
 from harness.compare import compare_gradients, compare_losses
 from harness.compare.calibration import Calibration, calibrated_thresholds
 from harness.compare.verdict import margin, relative_thresholds
-from harness.spec.records import RESULTS_NAME, read_jsonl
+from harness.contracts.records import RESULTS_NAME, read_jsonl
 
 
 def case_noise(record: dict) -> dict | None:

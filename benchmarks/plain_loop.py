@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness.spec.llmc import read_checkpoint
+from harness.contracts.llmc import read_checkpoint
 from harness.trainer.models import build_model, load_weights
 
 

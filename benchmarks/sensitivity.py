@@ -43,7 +43,7 @@ from harness.cases import Tolerance
 from harness.compare import Locator, compare_gradients, compare_losses
 from harness.compare.calibration import Calibration, CalibrationError, calibrated_thresholds
 from harness.compare.verdict import RelativeThresholds, margin, passes, relative_thresholds
-from harness.spec.records import RESULTS_NAME, read_jsonl, read_steps
+from harness.contracts.records import RESULTS_NAME, read_jsonl, read_steps
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from tabulate import tabulate
 
 from bench_common import PYTHON, REPO, header, median
 from harness.assets.generate import ensure_assets
-from harness.spec.records import read_steps
+from harness.contracts.records import read_steps
 
 
 ENV = dict(os.environ)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from harness.spec.records import RESULTS_NAME, read_jsonl
+from harness.contracts.records import RESULTS_NAME, read_jsonl
 
 RUN = ("passed", "failed", "error")  # statuses of a case that ran (skipped: did not)
 

@@ -322,7 +322,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if history is not None:
         terminalreporter.write_line(f"history: {history}")
     from harness.baseline.summary import baseline_summary
-    from harness.spec.records import read_jsonl
+    from harness.contracts.records import read_jsonl
 
     baseline = baseline_summary([r for r in read_jsonl(results) if isinstance(r, dict)])
     if baseline:
@@ -334,7 +334,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 def _status_counts(results: Path) -> dict[tuple[str, str], dict[str, int]]:
     """Per (tag, model), in name order: how many records have each status (a rerun's
     duplicate counts once, the last record winning; unreadable lines are left to the report)."""
-    from harness.spec.records import read_jsonl
+    from harness.contracts.records import read_jsonl
 
     last: dict[str, dict] = {}
     for record in read_jsonl(results):

@@ -11,7 +11,7 @@ import pytest
 import harness.assets.generate as generate
 from harness.assets import PRESETS, ensure_assets, file_names, generate_assets
 from harness.assets.__main__ import main
-from harness.spec.llmc import read_checkpoint, read_tokens
+from harness.contracts.llmc import read_checkpoint, read_tokens
 
 
 @pytest.fixture(scope="module")

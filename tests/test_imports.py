@@ -14,7 +14,7 @@ TORCH_FREE = [
     "harness.runner",
     "harness.launch",
     "harness.reference",
-    "harness.spec.llmc",
+    "harness.contracts.llmc",
     "harness.trainer.models.configs",
     "harness.assets",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.spec.models import MODEL_SPECS
+from harness.contracts.models import MODEL_SPECS
 
 from .generate import MODELS, generate_assets
 from .presets import PRESETS

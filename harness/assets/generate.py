@@ -29,9 +29,9 @@ from typing import Mapping
 import numpy as np
 from filelock import FileLock
 
-from harness.spec.llmc import parameter_shapes, write_checkpoint, write_tokens
-from harness.spec.models import MODEL_SPECS, UnknownModelError, spec_for_config
-from harness.spec.records import write_atomic
+from harness.contracts.llmc import parameter_shapes, write_checkpoint, write_tokens
+from harness.contracts.models import MODEL_SPECS, UnknownModelError, spec_for_config
+from harness.contracts.records import write_atomic
 
 from .presets import PRESETS, Preset
 

@@ -2,7 +2,7 @@
 vocabulary of at least 256 holds them; larger vocabularies only make the head heavier.
 
 Each model family's config per preset is its ModelSpec's ``asset_configs``
-(harness.spec.models); a preset here adds its purpose and token counts.
+(harness.contracts.models); a preset here adds its purpose and token counts.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from harness.spec.models import MODEL_SPECS, UnknownModelError
+from harness.contracts.models import MODEL_SPECS, UnknownModelError
 
 
 @dataclass(frozen=True)

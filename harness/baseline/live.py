@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.compare.baseline import BaselineVerdict, judge_baseline
 from harness.launch import HarnessBackend
 from harness.reference import ReferenceCache, ReferenceError, reference_key
-from harness.spec.records import read_jsonl, write_steps
+from harness.contracts.records import read_jsonl, write_steps
 
 from .semantics import BaselineUnmatched
 

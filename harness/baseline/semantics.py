@@ -6,7 +6,7 @@ with it; docs/infinitrain.md tables them (`fact_table()`), and tests/baseline/te
 tests each. A case flag with no fact here has no known counterpart in the bundled trainer: the
 baseline is skipped with that reason, never run with a guess.
 
-The baseline of a case is one device: the case's reference flags (harness.spec.flags: the
+The baseline of a case is one device: the case's reference flags (harness.contracts.flags: the
 topology, output and resume flags dropped), the program's optimizer, and for every
 hyper-parameter the case leaves out, the default the binary's own `--helpxml` listing gives
 (InfiniTrain's defaults differ from the bundled trainer's: `--total_batch_size` 256, llama3's
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from harness.spec.flags import FLAG_TABLE, FlagError, reference_args
+from harness.contracts.flags import FLAG_TABLE, FlagError, reference_args
 
 REVISION = "InfiniTensor/InfiniTrain master b24d92f"
 
@@ -49,7 +49,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("gradient accumulation: total_batch_size / (batch x sequence x DP) microbatches, each "
          "loss divided by their count", "example/gpt2/main.cc:204, 452; "
          "example/llama3/main.cc:190, 429",
-         "the same arithmetic (harness.spec.flags.microbatches), on one device"),
+         "the same arithmetic (harness.contracts.flags.microbatches), on one device"),
     Fact("tokens read in order, no shuffle; DP rank r reads every DP-th batch, so the ranks "
          "together read the single-device batches", "example/gpt2/main.cc:298, "
          "example/llama3/main.cc:270 (DistributedDataLoader)",

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from harness.spec.records import read_json, write_atomic
+from harness.contracts.records import read_json, write_atomic
 
 FORMAT = "harness.bisect.verdict/1"
 

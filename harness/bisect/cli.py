@@ -20,7 +20,7 @@ from typing import Sequence
 
 import harness
 from harness.launch import process
-from harness.spec.records import read_jsonl
+from harness.contracts.records import read_jsonl
 
 from .cache import default_dir
 from .git import Git, GitError, Head, candidates, first_bad

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.launch.process import run_process, tail
-from harness.spec.records import append_jsonl
+from harness.contracts.records import append_jsonl
 
 from .cache import VerdictCache, key
 from .git import Git, last_line

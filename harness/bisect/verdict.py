@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.launch.process import ProcessResult, run_process, tail
 from harness.runner.settings import flag_of
-from harness.spec.records import RESULTS_NAME, read_json, read_jsonl
+from harness.contracts.records import RESULTS_NAME, read_json, read_jsonl
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 EXIT = {GOOD: 0, BAD: 1, SKIP: 125}  # git bisect run's codes; 125 is `git bisect skip`

@@ -10,7 +10,7 @@
                      nthread_per_process x tp x pp) and total-batch arithmetic
     node_ids.py      case names from pytest node ids
     config_types.py  the dataclasses: Compare, ModelFiles, TrainerSpec, Case, ... (Tolerance(s):
-                     harness.spec.tolerance, re-exported here)
+                     harness.contracts.tolerance, re-exported here)
     schema.py        the JSON Schema
 """
 
@@ -22,7 +22,7 @@ from .config_types import (
     Overrides,
     TrainerSpec,
 )
-from harness.spec.tolerance import Tolerance, Tolerances  # the package API: configs use them
+from harness.contracts.tolerance import Tolerance, Tolerances  # the package API: configs use them
 from .errors import ConfigError
 from .load import load_config, read_tags
 

@@ -1,6 +1,6 @@
 """A case's trainer flags, from the config's text to the values a run is launched with:
 @VAR@ substitution (text only, nothing is evaluated), each flag's typed value from the flag
-table (`harness.spec.flags`; a flag the table does not know is a foreign trainer's own, kept as
+table (`harness.contracts.flags`; a flag the table does not know is a foreign trainer's own, kept as
 written), defaults < group defaults < case args with the flags the harness owns refused, and
 the world size (dp, or InfiniTrain's `nthread_per_process`, x tp x pp) and total-batch
 arithmetic."""
@@ -12,7 +12,7 @@ from dataclasses import replace
 from difflib import get_close_matches
 from typing import Any
 
-from harness.spec.flags import FLAG_TABLE, FLAGS, HARNESS, FlagError, expected, microbatches
+from harness.contracts.flags import FLAG_TABLE, FLAGS, HARNESS, FlagError, expected, microbatches
 
 # ---------------------------------------------------------------------- the flag table's view
 

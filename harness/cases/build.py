@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.spec.models import MODEL_SPECS
+from harness.contracts.models import MODEL_SPECS
 
 from .config_types import Assets, HarnessConfig, ModelFiles, Overrides, TrainerSpec
 from .errors import failer_for

@@ -1,5 +1,5 @@
 """The loaded config's types: what a case compares, model files, assets, the trainer, one
-expanded case, and the whole config (the tolerance type is harness.spec.tolerance's). Each
+expanded case, and the whole config (the tolerance type is harness.contracts.tolerance's). Each
 checks itself on construction."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.launch.registry import backend_names
-from harness.spec.flags import FLAG_TABLE, HARNESS, reference_args, unknown_to
-from harness.spec.tolerance import Tolerance, Tolerances  # noqa: F401  (HarnessConfig's field type)
+from harness.contracts.flags import FLAG_TABLE, HARNESS, reference_args, unknown_to
+from harness.contracts.tolerance import Tolerance, Tolerances  # noqa: F401  (HarnessConfig's field type)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@ resolved flags, world size, tolerances and comparisons (top level < group < case
 
 from __future__ import annotations
 
-from harness.spec.flags import DTYPES, FLAG_TABLE
-from harness.spec.tolerance import Tolerance, Tolerances
+from harness.contracts.flags import DTYPES, FLAG_TABLE
+from harness.contracts.tolerance import Tolerance, Tolerances
 
 from .args import coerce, resolve_args, substitute, world_size
 from .config_types import Case, Compare

@@ -13,8 +13,8 @@ import json
 from typing import Sequence
 
 from harness.cases.config_types import BACKENDS, INFINITRAIN_LAUNCHES
-from harness.spec.flags import FLAGS
-from harness.spec.models import MODEL_SPECS
+from harness.contracts.flags import FLAGS
+from harness.contracts.models import MODEL_SPECS
 
 from .config_types import BACKENDS
 

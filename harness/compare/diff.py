@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.spec.tolerance import Tolerance  # any object with atol / rtol does
+from harness.contracts.tolerance import Tolerance  # any object with atol / rtol does
 
 from .fastdiff import FileStats, ShapeError, UnreadableError, _load_got, diff_files, exact_stats
 from .locate import Locator, layer_of

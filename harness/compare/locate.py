@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.spec.models import MODEL_SPECS
-from harness.spec.models import layer_of as _spec_layer_of
+from harness.contracts.models import MODEL_SPECS
+from harness.contracts.models import layer_of as _spec_layer_of
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ UPDATE_RESOLUTION = 2 * 2.0**-23
 
 def _of_dtype(table: dict, dtype: str | None, what: str):
     """`table`'s entry for a case's --dtype (None: the flag's default, float32). The config
-    loader admits only harness.spec.flags.DTYPES, so another name is a programming error: it is
+    loader admits only harness.contracts.flags.DTYPES, so another name is a programming error: it is
     refused, not quietly judged with another dtype's thresholds."""
     key = dtype or "float32"
     if key not in table:

@@ -30,7 +30,7 @@ from filelock import FileLock
 
 from harness.report.reading import read_session
 from harness.results.session import HEADER_NAME, read_header
-from harness.spec.records import RESULTS_NAME, scan_jsonl, write_atomic
+from harness.contracts.records import RESULTS_NAME, scan_jsonl, write_atomic
 
 from .rows import HistoryRow, session_rows
 

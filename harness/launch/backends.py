@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.baseline.semantics import BaselineUnmatched
-from harness.spec.flags import flag_argv
-from harness.spec.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR
-from harness.spec.records import read_json, read_jsonl
+from harness.contracts.flags import flag_argv
+from harness.contracts.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR
+from harness.contracts.records import read_json, read_jsonl
 
 from . import registry
 from .launcher import Launcher, RankRun, rank_with_traceback
@@ -309,7 +309,7 @@ class HarnessBackend(LauncherRanks, WholeGradientsFromStart):
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         env = base_environment(spec, self.env)
-        env[FAILURES_ENV] = str(spec.log_dir / RANK_FAILURES_DIR)  # harness.spec.rank_exit
+        env[FAILURES_ENV] = str(spec.log_dir / RANK_FAILURES_DIR)  # harness.contracts.rank_exit
         return env
 
     def working_dir(self, spec: LaunchSpec) -> Path | None:

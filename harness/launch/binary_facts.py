@@ -28,7 +28,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from harness.spec.records import write_atomic
+from harness.contracts.records import write_atomic
 
 from .process import run_process
 from .reaper import CANNOT_START

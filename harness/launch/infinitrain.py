@@ -33,7 +33,7 @@ import re
 from pathlib import Path
 
 from harness.baseline.semantics import baseline_flags
-from harness.spec.flags import FLAG_TABLE, flag_argv, resumed_first_step
+from harness.contracts.flags import FLAG_TABLE, flag_argv, resumed_first_step
 
 from .backends import (
     LaunchSpec,

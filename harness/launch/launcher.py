@@ -3,7 +3,7 @@ rank's log is. torchrun (harness.launch.torchrun) and the zygote (harness.launch
 implement it; harness.launch.registry names them; a trainer backend asks the launcher object,
 never its name.
 
-No torch here, and no harness module above harness.spec: the registry and the backends import
+No torch here, and no harness module above harness.contracts: the registry and the backends import
 it.
 """
 

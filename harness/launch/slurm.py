@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.spec.records import write_atomic
+from harness.contracts.records import write_atomic
 
 from .multinode import (
     NodePlan,

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from ..spec.rank_exit import RANK_FAILURES_DIR, first_failed_rank
+from ..contracts.rank_exit import RANK_FAILURES_DIR, first_failed_rank
 from .launcher import RankRun, rank_with_traceback
 from .process import ProcessResult, run_process
 
@@ -39,7 +39,7 @@ class TorchrunLauncher:
     """One torchrun agent on this machine (`python -m module` alone for one process). Its logs:
     `<log_dir>/ranks/<run id>/attempt_0/<rank>/{stdout,stderr}.log`, or one folder per node
     (`ranks/node<i>/`, harness.launch.multinode). Its failure record: the "Root Cause" block of
-    its ChildFailedError text, corrected by each rank's own record (harness.spec.rank_exit)."""
+    its ChildFailedError text, corrected by each rank's own record (harness.contracts.rank_exit)."""
 
     name = "torchrun"
 

@@ -1,8 +1,8 @@
 """The files the bundled trainer runs, found from its sources: the reference cache's key.
 
 The key of a reference must change whenever code the trainer process runs changes: the trainer,
-and everything it imports from harness (model contracts in harness.spec, layouts, assets
-readers...). Hashing two hand-picked folders missed harness/spec. The set is found by reading
+and everything it imports from harness (model contracts in harness.contracts, layouts, assets
+readers...). Hashing two hand-picked folders missed harness/contracts. The set is found by reading
 the sources (ast), not by importing them: every import statement counts, at module level or
 inside a function (a function-level import runs too, only later, e.g. a family's TP plan),
 those under `if TYPE_CHECKING:` do not, and importing `a.b.c` also runs the packages `a.b` and

@@ -59,7 +59,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..spec.rank_exit import exit_code
+from ..contracts.rank_exit import exit_code
 from .launcher import RankRun
 from .process import GRACE_S, ProcessResult, end_group, end_processes, signal_group
 from .reaper import become_subreaper, die_with_parent, end_descendants
@@ -83,7 +83,7 @@ PRELOAD = (
     "harness.trainer.flags",
     "harness.trainer.engine",
     "harness.trainer.data",
-    "harness.spec.llmc",
+    "harness.contracts.llmc",
     "harness.trainer.models",
     "harness.trainer.models.build",
     "harness.trainer.models.registry",
@@ -92,7 +92,7 @@ PRELOAD = (
     "harness.trainer.parallel.engine",
     "harness.trainer.parallel.tensor_parallel",
     "harness.trainer.gradient_dump",
-    "harness.spec.records",
+    "harness.contracts.records",
     "harness.trainer.profiling",
 )
 # Environment read when an interpreter starts (sitecustomize, import paths, the allocator): a

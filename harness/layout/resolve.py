@@ -9,7 +9,7 @@ from .errors import (CHUNK_LAYOUT_FLAG, COSTS_FLAG, MEGATRON_FLAG, PARTITION_FLA
                      LayoutError, check_chunk_count, check_count, flag_value)
 from .layout import PipelineLayout
 
-# The layout's flags by name (as harness.spec.flags names them), and resolve_layout's argument
+# The layout's flags by name (as harness.contracts.flags names them), and resolve_layout's argument
 # each one is.
 LAYOUT_OPTIONS = {"pipeline_layer_partition": "partition", "pipeline_layer_costs": "costs",
                   "pipeline_chunk_layout": "chunk_layout",

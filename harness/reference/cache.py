@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from filelock import FileLock
 
-from harness.spec.records import STEPS_NAME, write_atomic
+from harness.contracts.records import STEPS_NAME, write_atomic
 
 MARKER = "COMPLETE.json"
 MARKER_FORMAT = "harness.reference/1"

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.spec.records import STEPS_NAME
+from harness.contracts.records import STEPS_NAME
 
 from .cache import ReferenceEntry, ReferenceError, key_digest
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.results.records import FIELDS, READABLE_FORMATS, RESULT_FORMAT, STATUSES
 from harness.results.session import HEADER_NAME  # optional; docs/results_format.md
 from harness.results.session import SESSION_FORMAT as HEADER_FORMAT
-from harness.spec.records import RESULTS_NAME, scan_jsonl
+from harness.contracts.records import RESULTS_NAME, scan_jsonl
 
 # Keys a report reads that older records (and, until the record type has them, every record)
 # lack: the step number of each loss (harness.report.steps). Null when absent, like any key.

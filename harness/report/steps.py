@@ -11,7 +11,7 @@ else from 1. The reference's losses are compared from the run's first step on, s
 
 from __future__ import annotations
 
-from harness.spec.flags import resumed_first_step
+from harness.contracts.flags import resumed_first_step
 
 def first_step(record: dict) -> int:
     """The first step the run printed: the resumed checkpoint's step + 1, else 1."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from harness.layout import LayerCosts, LayoutError, PipelineLayout, parse_costs
 from harness.layout.schedules import SCHEDULES_FOR_KIND, SIMULATED, chunk_order_kind
 from harness.layout.step_model import StepCosts, StepModel
-from harness.spec.flags import role_of
+from harness.contracts.flags import role_of
 
 from .case_view import LAYOUT_FLAGS, CaseView
 from .values import number, section

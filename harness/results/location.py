@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.spec.records import write_atomic
+from harness.contracts.records import write_atomic
 
 OUTPUT_ENV = "HARNESS_OUTPUT"
 POINTER_ENV = "HARNESS_LAST_SESSION"

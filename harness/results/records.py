@@ -1,6 +1,6 @@
 """Every case's result as structured data: one JSON object per line in the session's results
 file, appended under a file lock (one write per record, flushed and fsync'ed:
-harness.spec.records.append_jsonl, the one records I/O module), so pytest-xdist workers never
+harness.contracts.records.append_jsonl, the one records I/O module), so pytest-xdist workers never
 lose or interleave records. `python -m harness.report` reads these files.
 
 The record itself, its fields and their meanings: harness.results.result_record (ResultRecord,
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.spec.records import append_jsonl, scan_jsonl
+from harness.contracts.records import append_jsonl, scan_jsonl
 
 from .result_record import (  # noqa: F401 (re-exported: the names readers import from here)
     FIELDS,

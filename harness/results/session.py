@@ -32,7 +32,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Sequence
 
-from harness.spec.records import write_atomic
+from harness.contracts.records import write_atomic
 
 SESSION_FORMAT = "harness.session/1"
 HEADER_NAME = "session.json"

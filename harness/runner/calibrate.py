@@ -48,8 +48,8 @@ from harness.compare.calibration import (
     load_calibration,
 )
 from harness.compare.verdict import RelativeThresholds, relative_thresholds
-from harness.spec.flags import ORACLE_DTYPE
-from harness.spec.records import STEPS_NAME, read_jsonl
+from harness.contracts.flags import ORACLE_DTYPE
+from harness.contracts.records import STEPS_NAME, read_jsonl
 
 from .stages import RunTarget
 

@@ -54,8 +54,8 @@ from harness.reference.golden import (
     fingerprint_mismatch_text,
     mismatches,
 )
-from harness.spec.flags import run_private
-from harness.spec.records import read_jsonl, write_steps
+from harness.contracts.flags import run_private
+from harness.contracts.records import read_jsonl, write_steps
 
 from . import stages
 from .calibrate import CalibrationError, measure, oracle_ratio, session_thresholds
@@ -189,7 +189,7 @@ class CaseRunner:
     def run_flags(self, case: Case, reference: bool = False) -> dict:
         """The flags a run is launched with: the bundled trainer gets its resolved flags; a
         foreign trainer the case's flags as written, checkpoint paths moved under the session.
-        A reference run drops the topology (the reference rule, harness.spec.flags)."""
+        A reference run drops the topology (the reference rule, harness.contracts.flags)."""
         topology = case.reference_topology if reference else {}
         if not self.foreign:
             if not reference:
@@ -439,7 +439,7 @@ class CaseRunner:
 
     def plan_reference(self, case: Case, checkpoint: Path, input_bin: Path,
                        folder: Path) -> RunTarget:
-        """The reference's run: the reference flags (its topology only, harness.spec.flags),
+        """The reference's run: the reference flags (its topology only, harness.contracts.flags),
         its process count, every gradient and parameter update dumped into `folder`; a port
         only over more than one process."""
         flags = self.run_flags(case, reference=True)

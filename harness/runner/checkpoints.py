@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.spec.flags import CHECKPOINT_PATH_FLAGS
-from harness.spec.records import scan_jsonl, write_atomic
+from harness.contracts.flags import CHECKPOINT_PATH_FLAGS
+from harness.contracts.records import scan_jsonl, write_atomic
 
 DONE = ".harness-done.json"  # written beside a `save` root when its run has ended
 POLL_S = 0.5

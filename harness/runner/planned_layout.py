@@ -20,7 +20,7 @@ def num_layers(config: HarnessConfig, model: str, checkpoint: Path | None) -> in
 
                 return int(PRESETS[config.assets.preset].config(model).n_layer)
             checkpoint = files.checkpoint
-        from harness.spec.llmc import read_checkpoint_header
+        from harness.contracts.llmc import read_checkpoint_header
 
         return int(read_checkpoint_header(checkpoint)[1].n_layer)
     except Exception:  # unreadable or not an llm.c checkpoint (another trainer's files)

@@ -10,7 +10,7 @@ Each case is planned exactly as the trainer plans it (harness.trainer.parallel.v
 the schedule shown is the one the trainer resolves, also where a case names none, and a case the
 trainer would refuse is an error here. It is the bundled trainer's table, so it sits beside the
 trainer, and it is the one trainer module that reads the harness's config (harness.cases, for its
-cases); no trainer process runs it (tests/spec/test_contracts.py). Only the section between the
+cases); no trainer process runs it (tests/contracts/test_contracts.py). Only the section between the
 marker comments is generated; the rest of the document (what is not covered, and why) is written
 by hand.
 """
@@ -121,7 +121,7 @@ def _cell(cases: list[PlannedCase]) -> str:
 
 def render(planned: list[PlannedCase]) -> str:
     """The generated section (markdown, without the markers)."""
-    from harness.spec.flags import SCHEDULES
+    from harness.contracts.flags import SCHEDULES
     from harness.trainer.parallel.schedules import SCHEDULES_FOR_KIND
 
     piped = [p for p in planned if p.schedule is not None]

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass, fields
 from typing import Sequence
 
-from harness.spec.flags import (  # noqa: F401  (re-exported: the trainer's vocabulary)
+from harness.contracts.flags import (  # noqa: F401  (re-exported: the trainer's vocabulary)
     DEVICES,
     DTYPES,
     FLAG_TABLE,
@@ -23,7 +23,7 @@ from harness.spec.flags import (  # noqa: F401  (re-exported: the trainer's voca
     expected,
     microbatches,
 )
-from harness.spec.models import MODEL_SPECS
+from harness.contracts.models import MODEL_SPECS
 
 MODELS = tuple(MODEL_SPECS)  # every registered model family
 

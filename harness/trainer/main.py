@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from harness.layout import LayoutError, layout_from_flags
-from harness.spec.llmc import LlmcFormatError, read_checkpoint_header, read_tokens
+from harness.contracts.llmc import LlmcFormatError, read_checkpoint_header, read_tokens
 from harness.trainer.flags import FlagError, TrainerFlags, check_batch_arithmetic, parse_flags
 
 if TYPE_CHECKING:
     import torch
 
-    from harness.spec.records import RunRecorder, StepRecord
+    from harness.contracts.records import RunRecorder, StepRecord
     from harness.trainer.data import StepBatches
     from harness.trainer.engine import Engine
     from harness.trainer.parallel.validate import ParallelPlan
@@ -41,7 +41,7 @@ def _rank_and_world() -> tuple[int, int]:
 
 
 def environment(device_name: str, world_size: int, mesh: dict[str, int]) -> dict[str, Any]:
-    """run.json's `environment` block (harness.spec.records): torch, device, world, mesh."""
+    """run.json's `environment` block (harness.contracts.records): torch, device, world, mesh."""
     import torch
 
     return {
@@ -187,7 +187,7 @@ def build_single_device(flags: TrainerFlags) -> Built:
     """The model step on one device: the whole model, its weights, the compute dtype."""
     import torch
 
-    from harness.spec.llmc import read_checkpoint
+    from harness.contracts.llmc import read_checkpoint
     from harness.trainer.engine import SingleDeviceEngine, compute_dtype
     from harness.trainer.models import build_model, load_weights
     from harness.trainer.parallel.world import MESH_DIMS
@@ -209,7 +209,7 @@ def build_single_device(flags: TrainerFlags) -> Built:
 def build_parallel(flags: TrainerFlags, plan: ParallelPlan, layout) -> Built:
     """The parallelize step: the process group and mesh, then this rank's chunks built, loaded
     and parallelized as the ParallelPlan says (harness.trainer.parallel)."""
-    from harness.spec.llmc import read_checkpoint
+    from harness.contracts.llmc import read_checkpoint
     from harness.trainer.parallel.build import build_parallel_engine
     from harness.trainer.parallel.world import init_distributed
 
@@ -261,7 +261,7 @@ def start_records(flags: TrainerFlags, built: Built, config, layout,
     rank 0."""
     import torch
 
-    from harness.spec.records import RunRecorder
+    from harness.contracts.records import RunRecorder
 
     device, mesh = built.device, built.mesh
     recorder = RunRecorder(flags.output_dir if built.engine.reports_loss else None)
@@ -282,7 +282,7 @@ def start_update_dump(flags: TrainerFlags, engine: Engine, config) -> UpdateBase
     """The values before the first step, to subtract at the end (--dump_parameter_updates)."""
     if not flags.dump_parameter_updates:
         return None
-    from harness.spec.models import spec_for_config
+    from harness.contracts.models import spec_for_config
     from harness.trainer.gradient_dump import parameter_tensors
 
     initial = [(name, p.detach().clone())
@@ -297,7 +297,7 @@ def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimiz
     returns the StepRecords this rank reported (none off the reporting rank)."""
     import torch
 
-    from harness.spec.records import format_step_line
+    from harness.contracts.records import format_step_line
     from harness.trainer.profiling import append_records
 
     engine, device, mesh = built.engine, built.device, built.mesh
@@ -326,7 +326,7 @@ def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimiz
 
 def _step_record(flags: TrainerFlags, step: int, loss: float, elapsed: float,
                  device: torch.device) -> StepRecord:
-    from harness.spec.records import StepRecord
+    from harness.contracts.records import StepRecord
 
     return StepRecord(
         step=step,
@@ -388,7 +388,7 @@ def _dump_updates(updates: UpdateBaseline, engine: Engine, config, rank: int,
                   steps: int) -> list[dict]:
     """`--dump_parameter_updates DIR`: every parameter's change over the run (final - initial),
     written as a gradient dump is (full tensors, single-device names, one manifest)."""
-    from harness.spec.models import spec_for_config
+    from harness.contracts.models import spec_for_config
     from harness.trainer.gradient_dump import parameter_tensors
 
     final = dict(parameter_tensors(engine.parts, spec_for_config(config)))

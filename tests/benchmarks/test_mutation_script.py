@@ -20,8 +20,8 @@ def test_scope_and_only():
     run = f"harness.runner.case_runner.x{SEP}CaseRunner{SEP}_run__mutmut_7"
     assert mutation.in_scope(run, [])
     assert not mutation.in_scope(f"harness.runner.case_runner.x{SEP}CaseRunner{SEP}announce__mutmut_1", [])
-    assert not mutation.in_scope("harness.spec.flags.x_parse__mutmut_1", [])
-    assert mutation.in_scope("harness.spec.flags.x_role_of__mutmut_2", [])
+    assert not mutation.in_scope("harness.contracts.flags.x_parse__mutmut_1", [])
+    assert mutation.in_scope("harness.contracts.flags.x_role_of__mutmut_2", [])
     assert not mutation.in_scope(run, ["harness.compare.*"])
     assert mutation.module_of(run) == "harness.runner.case_runner"
 

@@ -8,7 +8,7 @@ import numpy as np
 from harness.compare import Locator, compare_gradients, compare_losses, gradient_lines, loss_lines
 from harness.compare.render import (MARKDOWN, NA, g, gradient_markdown, loss_markdown, number,
                                     table, tolerance_text, worst_table)
-from harness.spec.tolerance import Tolerance
+from harness.contracts.tolerance import Tolerance
 
 
 def _dump(folder, arrays):

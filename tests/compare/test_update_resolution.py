@@ -6,7 +6,7 @@ import numpy as np
 
 from harness.compare.diff import compare_gradients
 from harness.compare.verdict import UPDATE_RESOLUTION, update_threshold
-from harness.spec.tolerance import Tolerance
+from harness.contracts.tolerance import Tolerance
 
 ULP_AT_ONE = 2.0**-23
 

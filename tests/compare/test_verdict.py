@@ -15,7 +15,7 @@ from harness.cases import Tolerance
 from harness.compare import Locator, compare_gradients, compare_losses
 from harness.compare.verdict import (DEFAULT_RELATIVE, UPDATE_RELATIVE, margin, relative_error,
                                      relative_thresholds, update_threshold)
-from harness.spec.flags import DTYPES
+from harness.contracts.flags import DTYPES
 
 FP32 = Tolerance(1e-5, 0.0)  # the element-wise default of float32 (InfiniTrain's)
 REL = relative_thresholds("float32")

@@ -33,8 +33,8 @@ from harness.cases.expand import DEFAULT_ATOL, DEFAULT_GRADIENT_TOLERANCE
 from harness.compare import Locator, compare_gradients, compare_losses
 from harness.compare.verdict import relative_thresholds
 from harness.launch.backends import parse_step_lines
-from harness.spec.records import read_jsonl
-from harness.spec.records import write_steps
+from harness.contracts.records import read_jsonl
+from harness.contracts.records import write_steps
 
 FP32_LOSS = Tolerance(DEFAULT_ATOL["float32"])
 BF16_LOSS = Tolerance(DEFAULT_ATOL["bfloat16"])

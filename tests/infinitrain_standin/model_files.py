@@ -15,8 +15,8 @@ def micro_model_vars(root: Path) -> list[str]:
     config variables that point at them and at the preset's token files."""
     from harness.assets import ensure_assets
     from harness.assets.generate import init_weights
-    from harness.spec.llmc.checkpoint import write_checkpoint
-    from harness.spec.models import GPT2Config, LLaMA3Config
+    from harness.contracts.llmc.checkpoint import write_checkpoint
+    from harness.contracts.models import GPT2Config, LLaMA3Config
 
     assets = ensure_assets("infinitrain")
     configs = {

@@ -72,11 +72,11 @@ def test_the_failing_rank_of_a_zygote_run_is_read_from_its_failure_record(tmp_pa
 def test_under_torchrun_the_rank_that_raised_first_is_the_failing_one(tmp_path):
     """A planted crash on rank 1 makes rank 0 fail milliseconds later; torchrun's summary then
     names rank 0 (whole-second timestamps, ties to the lowest rank). Each rank's own record of
-    when its exception came (harness.spec.rank_exit) decides."""
+    when its exception came (harness.contracts.rank_exit) decides."""
     import json
 
     from harness.launch.backends import HarnessBackend
-    from harness.spec.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR
+    from harness.contracts.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR
 
     spec, result = _finished_run(
         tmp_path, "", "Root Cause (first observed failure):\n[0]:\n  time      : "
@@ -102,7 +102,7 @@ def test_a_rank_killed_by_a_signal_stays_the_failing_one_though_another_raised(t
     import json
 
     from harness.launch.backends import HarnessBackend
-    from harness.spec.rank_exit import RANK_FAILURES_DIR
+    from harness.contracts.rank_exit import RANK_FAILURES_DIR
 
     spec, result = _finished_run(
         tmp_path, "", "Root Cause (first observed failure):\n[1]:\n  rank      : 1 "

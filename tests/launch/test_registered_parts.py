@@ -17,8 +17,8 @@ from harness.cases import load_config
 from harness.cases.config_types import TrainerSpec
 from harness.launch import registry
 from harness.runner import CaseRunner, Settings
-from harness.spec.llmc.checkpoint import parameter_shapes, write_checkpoint
-from harness.spec.models import GPT2Config
+from harness.contracts.llmc.checkpoint import parameter_shapes, write_checkpoint
+from harness.contracts.models import GPT2Config
 
 pytestmark = pytest.mark.subprocess  # the toy launcher and its ranks are python processes
 

@@ -26,7 +26,7 @@ from harness.launch.backends import (
 )
 from harness.launch.launcher import RankRun
 from harness.launch.process import ProcessResult
-from harness.spec.records import read_json, read_jsonl
+from harness.contracts.records import read_json, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]  # where `tests` is a package
 PARAMETERS = ("wte.weight", "h.0.attn.c_proj.weight", "ln_f.weight")

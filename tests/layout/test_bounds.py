@@ -18,7 +18,7 @@ import pytest
 from harness.layout import LayoutError, parse_costs, resolve_layout
 from harness.layout.errors import MAX_COUNT
 from harness.layout.profile import read_profile
-from harness.spec.flags import MAX_STEP_TOKENS, FlagError, microbatches
+from harness.contracts.flags import MAX_STEP_TOKENS, FlagError, microbatches
 
 
 def bounded(code: str) -> subprocess.CompletedProcess:

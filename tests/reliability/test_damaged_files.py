@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.spec.llmc import (
+from harness.contracts.llmc import (
     LlmcFormatError,
     checkpoint_info,
     parameter_shapes,

@@ -1,5 +1,5 @@
 """Layout groups are keyed by what is computed (flag roles mathematics and topology, from
-harness.spec.flags), not by a hand list of flags to ignore.
+harness.contracts.flags), not by a hand list of flags to ignore.
 
 Planted: records as the runner wrote them before it left its run-private paths out of
 `flags` (each with its own `dump_parameter_updates`). The hand list missed that flag, so no two

@@ -18,8 +18,8 @@ import pytest
 
 from harness.compare.case_verdict import CaseVerdict, judge
 from harness.compare.verdict import RelativeThresholds
-from harness.spec.records import write_steps
-from harness.spec.tolerance import Tolerance
+from harness.contracts.records import write_steps
+from harness.contracts.tolerance import Tolerance
 
 TOL = Tolerance(atol=1e-5, rtol=0.0)
 REF_STEPS = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}]

@@ -20,8 +20,8 @@ from harness.cases import load_config
 from harness.compare.verdict import update_threshold
 from harness.launch import CommandBackend
 from harness.runner import CaseRunner, Settings
-from harness.spec.llmc.checkpoint import parameter_shapes, write_checkpoint
-from harness.spec.models import GPT2Config
+from harness.contracts.llmc.checkpoint import parameter_shapes, write_checkpoint
+from harness.contracts.models import GPT2Config
 from tests.plugin.conftest import FAKE_TRAINER, fake_config
 
 pytestmark = pytest.mark.subprocess  # every case launches the fake trainer

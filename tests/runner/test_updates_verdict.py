@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from harness.compare.case_verdict import UpdatesRequest, judge
-from harness.spec.tolerance import Tolerance
+from harness.contracts.tolerance import Tolerance
 
 # The reference build (HARNESS_CASE=reference) runs without writing its updates.
 NO_REFERENCE_UPDATES = textwrap.dedent("""

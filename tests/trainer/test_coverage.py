@@ -20,7 +20,7 @@ from harness.trainer.coverage import (
     render,
     splice,
 )
-from harness.spec.flags import SCHEDULES
+from harness.contracts.flags import SCHEDULES
 from harness.trainer.parallel.schedules import SCHEDULES_FOR_KIND
 
 

@@ -13,7 +13,7 @@ from harness.layout.profile import MEMORY_FORMAT, RECORD_FORMAT
 from harness.trainer.gradient_dump import read_manifest
 from harness.trainer.main import main
 from harness.trainer.models import build_model
-from harness.spec.records import read_steps
+from harness.contracts.records import read_steps
 
 STEP_LINE = re.compile(
     r"^step +(\d+)/3 \| train loss (\d+\.\d{6}) \| lr 1\.00e-03 \| \(\d+\.\d ms \| \d+ tok/s \| "
@@ -59,7 +59,7 @@ def test_cli_trains_and_writes_records_step_lines_and_gradients(tiny_assets, tmp
     assert run["parallel"] == {"pp": 1, "dp": 1, "tp": 1, "vpp": 1, "schedule": None, "microbatches": 2}
 
     # Gradient dump: one file per parameter, single-device names, the parameter's shape.
-    from harness.spec.llmc import read_checkpoint_header
+    from harness.contracts.llmc import read_checkpoint_header
 
     _, config = read_checkpoint_header(tiny_assets.checkpoint(model))
     expected = {name: tuple(p.shape) for name, p in build_model(config).named_parameters()}
@@ -174,7 +174,7 @@ def test_float64_trains_in_float64_and_agrees_with_float32(tiny_assets, tmp_path
 
 
 def test_float64_is_one_device_only_and_no_case_dtype(tiny_assets, tmp_path, capsys):
-    from harness.spec.flags import FLAG_TABLE, FlagError
+    from harness.contracts.flags import FLAG_TABLE, FlagError
 
     argv = [*_flags(tiny_assets, "gpt2", tmp_path), "--dtype", "float64",
             "--pipeline_parallel", "2"]

@@ -11,7 +11,7 @@ global layer indices, docs/design.md), strictly.
 
 from __future__ import annotations
 
-# The configs import no torch, so reading a checkpoint header (harness.spec.llmc) and
+# The configs import no torch, so reading a checkpoint header (harness.contracts.llmc) and
 # generating synthetic assets stay quick; the torch modules load on first use.
 from harness.trainer.models.configs import GPT2Config, LLaMA3Config
 

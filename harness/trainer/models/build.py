@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.spec.models import MODEL_SPECS, UnknownModelError
+from harness.contracts.models import MODEL_SPECS, UnknownModelError
 from harness.trainer.models.common import ModelPart
 from harness.trainer.models.registry import train_spec_for_config
 

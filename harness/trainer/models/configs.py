@@ -1,7 +1,7 @@
 """Model hyper-parameters, as the llm.c checkpoint headers store them, and what the trainer reads
 of every family's config.
 
-The dataclasses live with the families' torch-free contract in ``harness.spec.models``; this
+The dataclasses live with the families' torch-free contract in ``harness.contracts.models``; this
 module keeps the old import path. ``ModelConfig`` names every field the trainer's parallel plans,
 checks and dumps read of a config, whatever the family: each family's config declares all of
 them (as a dataclass field or a property), so nothing reads one with a default, and a family
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from harness.spec.models import GPT2Config, LLaMA3Config
+from harness.contracts.models import GPT2Config, LLaMA3Config
 
 __all__ = ["CONFIG_FIELDS", "GPT2Config", "LLaMA3Config", "ModelConfig", "missing_config_fields"]
 

@@ -1,12 +1,12 @@
-"""The trainer's model families: one ``TrainSpec`` per family of ``harness.spec.models``."""
+"""The trainer's model families: one ``TrainSpec`` per family of ``harness.contracts.models``."""
 
 from __future__ import annotations
 
-from harness.spec.models import spec_for_config
+from harness.contracts.models import spec_for_config
 from harness.trainer.models import gpt2, llama3
 from harness.trainer.models.train_spec import TrainSpec
 
-# Every family of harness.spec.models has one (tests/trainer/models/test_train_specs.py checks).
+# Every family of harness.contracts.models has one (tests/trainer/models/test_train_specs.py checks).
 TRAIN_SPECS: dict[str, TrainSpec] = {spec.name: spec for spec in (gpt2.TRAIN_SPEC, llama3.TRAIN_SPEC)}
 
 

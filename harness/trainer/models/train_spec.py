@@ -4,7 +4,7 @@ A family is two files of code in ``harness/trainer/models/<family>/``: ``model.p
 module (names = the llm.c checkpoint's keys, no torch.distributed), and ``parallelize.py``, its
 tensor- and sequence-parallel plan, a function that applies torch.distributed.tensor.parallel
 styles by module name. Its ``__init__.py`` puts them together with the family's torch-free
-contract (``harness.spec.models.ModelSpec``: config, llm.c formats, tied parameters, the name ->
+contract (``harness.contracts.models.ModelSpec``: config, llm.c formats, tied parameters, the name ->
 place rule) as one ``TrainSpec``; ``harness.trainer.models.registry`` lists the families.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.spec.models import ModelSpec
+from harness.contracts.models import ModelSpec
 from harness.trainer.models.common import ModelPart, is_fused_qkv, is_sequence_norm
 from harness.trainer.models.configs import missing_config_fields
 

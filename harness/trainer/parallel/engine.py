@@ -26,7 +26,7 @@ from torch import nn
 
 from harness.trainer.data import data_parallel_shard
 from harness.trainer.engine import accumulate_microbatches, autocast, cross_entropy
-from harness.spec.models import spec_for_config
+from harness.contracts.models import spec_for_config
 from harness.trainer.models.registry import train_spec_for_config
 from harness.trainer.parallel.pipeline import ChunkSpec
 from harness.trainer.parallel.reductions import post_backward_reductions

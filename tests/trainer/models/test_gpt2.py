@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.spec.llmc import read_checkpoint, write_checkpoint
+from harness.contracts.llmc import read_checkpoint, write_checkpoint
 from harness.trainer.models import GPT2, GPT2Config, build_model, load_weights
 
 transformers = pytest.importorskip("transformers")

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.spec.llmc import read_checkpoint, write_checkpoint
+from harness.contracts.llmc import read_checkpoint, write_checkpoint
 from harness.trainer.models import LLaMA3, LLaMA3Config, build_model, load_weights
 from harness.trainer.models.llama3.model import rope_frequencies
 

@@ -1,5 +1,5 @@
 """The trainer's side of a model family (harness.trainer.models): one TrainSpec per family of
-harness.spec.models, its model class, and the parallel plan pieces written as code."""
+harness.contracts.models, its model class, and the parallel plan pieces written as code."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from harness.spec.models import GPT2_SPEC, LLAMA3_SPEC, MODEL_SPECS, UnknownModelError
+from harness.contracts.models import GPT2_SPEC, LLAMA3_SPEC, MODEL_SPECS, UnknownModelError
 from harness.trainer.models.common import is_fused_qkv, is_sequence_norm
 from harness.trainer.models.configs import CONFIG_FIELDS, missing_config_fields
 from harness.trainer.models.registry import TRAIN_SPECS, train_spec_for_config

@@ -1,14 +1,14 @@
-"""harness.spec is the torch-free contracts package both sides import (issue 11, item 1):
+"""harness.contracts is the torch-free contracts package both sides import (issue 11, item 1):
 
-(a) importing harness.spec and each of its modules, in a fresh interpreter, loads no torch;
+(a) importing harness.contracts and each of its modules, in a fresh interpreter, loads no torch;
 (b) no module under harness/ outside harness/trainer/ imports harness.trainer, at module level,
     inside a function or under TYPE_CHECKING; naming it in a string (the launch command
     `python -m harness.trainer`, the zygote's preload list) is not an import. The other way
     round, the trainer imports no harness-side package (cases, runner, launch, ...): only
-    harness.spec, harness.layout and harness.assets. One exception: harness/trainer/coverage.py,
+    harness.contracts, harness.layout and harness.assets. One exception: harness/trainer/coverage.py,
     the generator of docs/coverage.md, reads the config's cases (harness.cases) to plan each
     with the trainer's own pure planner, and no trainer process runs it;
-(c) harness.spec imports nothing from the rest of harness but harness.layout;
+(c) harness.contracts imports nothing from the rest of harness but harness.layout;
 (d) harness/runner and harness/launch name the trainer otherwise only as the module string they
     launch (`python -m harness.trainer`); the zygote also lists the submodules it preloads;
 (e) the harness-side packages, imported together in a fresh interpreter, load no torch and no
@@ -20,7 +20,7 @@ process, which is the trainer's process, not the harness's: a string mention, so
 exception here. A literal `importlib.import_module("harness.trainer...")` or `__import__` would
 count as an import and fail (b).
 
-harness.spec.models names no torch module at all: a family's module and parallel plan are its
+harness.contracts.models names no torch module at all: a family's module and parallel plan are its
 TrainSpec in harness/trainer/models/<family>/, which holds the spec, not the other way round.
 """
 
@@ -37,9 +37,9 @@ import pytest
 import harness
 
 ROOT = Path(harness.__file__).resolve().parent
-SPEC = ROOT / "spec"
+CONTRACTS = ROOT / "contracts"
 TRAINER = "harness.trainer"
-SPEC_MAY_IMPORT = ("harness.spec", "harness.layout")
+CONTRACTS_MAY_IMPORT = ("harness.contracts", "harness.layout")
 
 
 def _module_name(path: Path) -> str:
@@ -47,8 +47,10 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _spec_modules() -> list[str]:
-    return sorted(_module_name(p) for p in SPEC.rglob("*.py"))
+def _contracts_modules() -> list[str]:
+    modules = sorted(_module_name(p) for p in CONTRACTS.rglob("*.py"))
+    assert modules, f"no module under {CONTRACTS}: the checks below would pass on nothing"
+    return modules
 
 
 def _under(module: str, package: str) -> bool:
@@ -100,7 +102,7 @@ def test_the_scan_sees_every_kind_of_import():
 
 # ------------------------------------------------------------------ (b) harness side -> trainer
 
-TRAINER_MAY_IMPORT = ("harness.trainer", "harness.spec", "harness.layout", "harness.assets")
+TRAINER_MAY_IMPORT = ("harness.trainer", "harness.contracts", "harness.layout", "harness.assets")
 # The docs generator that plans each config case as the trainer does (its pure plan_parallel):
 # it reads the config's cases too.
 COVERAGE_TABLE = "trainer/coverage.py"
@@ -151,7 +153,7 @@ def test_no_trainer_process_runs_the_coverage_table():
 # ------------------------------------------------------------------ (c) spec is a leaf
 
 def test_spec_imports_only_itself_and_the_layout_from_harness():
-    offenders = _imports_beyond(SPEC, SPEC_MAY_IMPORT)
+    offenders = _imports_beyond(CONTRACTS, CONTRACTS_MAY_IMPORT)
     assert not offenders, "\n".join(offenders)
 
 
@@ -169,7 +171,7 @@ sys.meta_path.insert(0, Recorder())
 importlib.import_module(sys.argv[1])
 torch = sorted(m for m in sys.modules if m.split('.')[0] == 'torch')
 others = sorted(m for m in sys.modules if m.startswith('harness.')
-                and not m.startswith(('harness.spec', 'harness.layout')))
+                and not m.startswith(('harness.contracts', 'harness.layout')))
 print(torch, tried, others)
 """
 
@@ -182,7 +184,7 @@ def test_the_probe_sees_torch():
     assert not result.stdout.startswith("[] []")
 
 
-@pytest.mark.parametrize("module", _spec_modules())  # harness.spec (its __init__) included
+@pytest.mark.parametrize("module", _contracts_modules())  # its __init__ included
 def test_each_spec_module_loads_no_torch_and_no_other_harness_package(module):
     result = subprocess.run([sys.executable, "-c", _PROBE, module], capture_output=True,
                             text=True, timeout=120)
@@ -231,7 +233,7 @@ def test_the_trainer_package_init_imports_nothing():
 
 # ------------------------------------------------------------------ (e) the harness side at once
 
-HARNESS_SIDE = ["harness.spec", "harness.cases", "harness.layout", "harness.launch",
+HARNESS_SIDE = ["harness.contracts", "harness.cases", "harness.layout", "harness.launch",
                 "harness.runner", "harness.compare", "harness.results", "harness.reference",
                 "harness.report", "harness.assets"]
 

@@ -1,4 +1,4 @@
-"""harness.spec.tolerance: a Tolerance is validated on construction."""
+"""harness.contracts.tolerance: a Tolerance is validated on construction."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.spec.tolerance import Tolerance
+from harness.contracts.tolerance import Tolerance
 
 
 @pytest.mark.parametrize("atol, rtol", [(-1, 0), (math.nan, 0), (0, math.inf), (True, 0)])

@@ -1,4 +1,4 @@
-"""A rank's exit code is decided once (harness.spec.rank_exit), for `python -m harness.trainer`
+"""A rank's exit code is decided once (harness.contracts.rank_exit), for `python -m harness.trainer`
 and the zygote's forked ranks alike."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.spec.rank_exit import FAILURES_ENV, exit_code, first_failed_rank
+from harness.contracts.rank_exit import FAILURES_ENV, exit_code, first_failed_rank
 
 
 def _raises(error):
@@ -42,7 +42,7 @@ def test_an_exception_prints_its_traceback(capsys):
     ("print('last words', flush=False); return 7", 7, ""),   # flushed before os._exit
 ])
 def test_the_process_ends_with_its_code_or_signal(body, returncode, err):
-    code = ("import sys\nfrom harness.spec.rank_exit import end\n"
+    code = ("import sys\nfrom harness.contracts.rank_exit import end\n"
             f"def main():\n    {body}\nend(main)\nprint('after end')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)

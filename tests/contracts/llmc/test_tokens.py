@@ -5,7 +5,7 @@ import struct
 import numpy as np
 import pytest
 
-from harness.spec.llmc import LlmcFormatError, read_tokens, read_tokens_header, write_tokens
+from harness.contracts.llmc import LlmcFormatError, read_tokens, read_tokens_header, write_tokens
 
 # (kind, magic, version, on-disk dtype) as llm.c's dev/data/data_common.py writes them.
 KINDS = [("gpt2", 20240520, 1, np.uint16), ("llama3", 20240801, 7, np.uint32)]

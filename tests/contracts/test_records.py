@@ -1,11 +1,11 @@
-"""harness.spec.records: the step line, the steps.jsonl records, and the one records I/O
+"""harness.contracts.records: the step line, the steps.jsonl records, and the one records I/O
 module's readers and writer (tolerant and strict JSONL, run.json, the locked append)."""
 
 import json
 
 import pytest
 
-from harness.spec.records import (
+from harness.contracts.records import (
     RESULTS_NAME,
     RUN_NAME,
     STEPS_NAME,

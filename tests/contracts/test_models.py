@@ -1,4 +1,4 @@
-"""The families' torch-free contract (harness.spec.models): registry, clear errors, the name ->
+"""The families' torch-free contract (harness.contracts.models): registry, clear errors, the name ->
 place rule. The torch side (TrainSpec, the parallel plans): tests/trainer/models/test_train_specs.py."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from harness.spec import models as spec_models
-from harness.spec.models import (
+from harness.contracts import models as spec_models
+from harness.contracts.models import (
     GPT2_SPEC,
     LLAMA3_SPEC,
     MODEL_SPECS,
@@ -25,8 +25,8 @@ from harness.spec.models import (
 
 
 def test_importing_the_registry_loads_no_torch():
-    code = ("import sys, harness.spec.models, harness.trainer.models.configs, "
-            "harness.spec.llmc, harness.compare.locate, harness.assets; "
+    code = ("import sys, harness.contracts.models, harness.trainer.models.configs, "
+            "harness.contracts.llmc, harness.compare.locate, harness.assets; "
             "print([m for m in sys.modules if m == 'torch' or m.startswith('torch.')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

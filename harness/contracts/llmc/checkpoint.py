@@ -15,7 +15,7 @@ LLaMA 3 header: magic 20240803, version, block_size, vocab_size, n_layer, n_head
                them (norm_eps becomes 0): such a file cannot be recovered and is refused.
 
 The header's fields per family, and how each is checked, are the registry's
-(``ModelSpec.header_fields``, harness.spec.models); the tensor order is ``ModelSpec.tensor_layout``.
+(``ModelSpec.header_fields``, harness.contracts.models); the tensor order is ``ModelSpec.tensor_layout``.
 
 In memory, tensors are unstacked and named per layer as docs/design.md fixes
 (``h.{i}.attn.c_attn.weight``), so one name means one tensor on any pipeline stage.
@@ -31,7 +31,7 @@ from typing import Mapping, Union
 
 import numpy as np
 
-from harness.spec.models import (
+from harness.contracts.models import (
     CHECKPOINT_VERSIONS,
     HEADER_KINDS,
     GPT2_SPEC,
@@ -80,7 +80,7 @@ class Checkpoint:
 
 def file_layout(config: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
     """(name, per-layer shape, stacked over layers?) in file order: the model family's
-    ``ModelSpec.tensor_layout`` (harness.spec.models)."""
+    ``ModelSpec.tensor_layout`` (harness.contracts.models)."""
     try:
         spec = spec_for_config(config)
     except UnknownModelError:

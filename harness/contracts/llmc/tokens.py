@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.spec.models import MODEL_SPECS
+from harness.contracts.models import MODEL_SPECS
 
 from ._binio import HEADER_BYTES, LlmcFormatError, atomic_write, check_size, read_header
 
@@ -33,7 +33,7 @@ class _TokenFormat:
     max_id: int  # largest id the format can hold (and our readers accept)
 
 
-# One format per registered model family (harness.spec.models: token_magic / version / dtype).
+# One format per registered model family (harness.contracts.models: token_magic / version / dtype).
 FORMATS = {
     s.name: _TokenFormat(s.name, s.token_magic, s.token_version, s.token_dtype, s.token_max_id)
     for s in MODEL_SPECS.values()

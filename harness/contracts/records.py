@@ -2,8 +2,8 @@
 `run.json`, `steps.jsonl` and the session's `results.jsonl`. The harness reads these instead of
 parsing log lines.
 
-Why here, in harness.spec: the trainer writes run.json and steps.jsonl and may import only
-harness.spec (tests/spec/test_contracts.py), while the runner, the report, the references and
+Why here, in harness.contracts: the trainer writes run.json and steps.jsonl and may import only
+harness.contracts (tests/contracts/test_contracts.py), while the runner, the report, the references and
 the benchmarks read them; a module both sides import is the one place their I/O can live. It
 holds the bytes-and-lines rules (file names, formats, the tolerant and strict JSONL readers, the
 locked append); what a result record means is the type's (harness.results.result_record), whose

@@ -1,4 +1,4 @@
-"""The flag table (harness.spec.flags): roles, the reference rule, value checks, the batch
+"""The flag table (harness.contracts.flags): roles, the reference rule, value checks, the batch
 arithmetic, argv spelling, and the bundled trainer's flags kept in sync with the table."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import MISSING, fields
 
 import pytest
 
-from harness.spec import flags as F
-from harness.spec.flags import (
+from harness.contracts import flags as F
+from harness.contracts.flags import (
     BOTH,
     CHECKPOINT_PATH_FLAGS,
     DROPPED_BY_REFERENCE,

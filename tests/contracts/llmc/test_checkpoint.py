@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from harness.spec.llmc import (
+from harness.contracts.llmc import (
     LlmcFormatError,
     checkpoint_info,
     parameter_shapes,
@@ -16,7 +16,7 @@ from harness.spec.llmc import (
     write_checkpoint,
     write_tokens,
 )
-from harness.spec.models import GPT2Config, LLaMA3Config
+from harness.contracts.models import GPT2Config, LLaMA3Config
 
 # Odd sizes so that a transposed or misplaced tensor cannot keep its shape by accident.
 GPT2 = GPT2Config(block_size=5, vocab_size=11, n_layer=3, n_head=2, n_embd=8, padded_vocab_size=16)
