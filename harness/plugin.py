@@ -16,7 +16,13 @@ import pytest
 from harness.cases import ConfigError, Overrides, load_config, read_tags
 from harness.cases.node_ids import case_line, case_names
 from harness.results.location import DEFAULT_OUTPUT, env_output, record_last_session
-from harness.runner.settings import Options, Settings, declarations, named_configs
+from harness.runner.settings import (
+    Options,
+    Settings,
+    declarations,
+    join_option_value,
+    named_configs,
+)
 from harness.session_folder import new_session_dir
 
 _SETTINGS = pytest.StashKey[dict]()
@@ -42,22 +48,6 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     for flag, kwargs in declarations(late=True):
         args[:] = join_option_value(args, flag)
         parser.getgroup("harness").addoption(flag, **kwargs)
-
-
-def join_option_value(args: list[str], option: str) -> list[str]:
-    """args with every `option VALUE` pair as the one word `option=VALUE`."""
-    joined, index = [], 0
-    while index < len(args):
-        if args[index] == option and index + 1 < len(args):
-            joined.append(f"{option}={args[index + 1]}")
-            index += 2
-            continue
-        if args[index] == "--":  # what follows is not options
-            joined.extend(args[index:])
-            break
-        joined.append(args[index])
-        index += 1
-    return joined
 
 
 def _terminated(signum, frame) -> None:
@@ -300,49 +290,13 @@ def _runner(config: pytest.Config, harness_config):
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if not _is_controller(config):
         return
-    session_dir = config.stash[_SETTINGS]["session_dir"]
-    results = session_dir / "results.jsonl"
-    if not results.is_file():
-        return
-    import shlex
+    from harness.results.summary import summary_lines
 
-    terminalreporter.section("harness session", sep="-")
-    terminalreporter.write_line(f"session folder: {session_dir.resolve()}")
-    trainer = (config.stash[_SETTINGS]["header"] or {}).get("trainer")
-    if trainer:
-        build = f", build {trainer['build_dir']}" if trainer.get("build_dir") else ""
-        terminalreporter.write_line(f"trainer: {trainer['name']} ({trainer.get('version')}"
-                                    f"{build}), device {trainer.get('device')}")
-    for (tag, model), counts in _status_counts(results).items():
-        text = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
-        terminalreporter.write_line(f"  {tag} / {model}: {text}")
-    for line in config.stash[_SETTINGS]["calibration"]:
+    s = config.stash[_SETTINGS]
+    added = list(s["calibration"]) + ([f"history: {s['history']}"] if s["history"] is not None
+                                      else [])
+    lines = summary_lines(s["session_dir"], (s["header"] or {}).get("trainer"), added)
+    if lines:
+        terminalreporter.section("harness session", sep="-")
+    for line in lines:
         terminalreporter.write_line(line)
-    history = config.stash[_SETTINGS]["history"]
-    if history is not None:
-        terminalreporter.write_line(f"history: {history}")
-    from harness.baseline.summary import baseline_summary
-    from harness.contracts.records import read_jsonl
-
-    baseline = baseline_summary([r for r in read_jsonl(results) if isinstance(r, dict)])
-    if baseline:
-        terminalreporter.write_line(baseline)
-    terminalreporter.write_line(
-        f"report: python -m harness.report {shlex.quote(str(session_dir.resolve()))}")
-
-
-def _status_counts(results: Path) -> dict[tuple[str, str], dict[str, int]]:
-    """Per (tag, model), in name order: how many records have each status (a rerun's
-    duplicate counts once, the last record winning; unreadable lines are left to the report)."""
-    from harness.contracts.records import read_jsonl
-
-    last: dict[str, dict] = {}
-    for record in read_jsonl(results):
-        if isinstance(record, dict) and record.get("name") and record.get("status"):
-            last[record["name"]] = record
-    counts: dict[tuple[str, str], dict[str, int]] = {}
-    for record in last.values():
-        key = (str(record.get("tag")), str(record.get("model")))
-        row = counts.setdefault(key, {s: 0 for s in ("passed", "failed", "skipped", "error")})
-        row[record["status"]] = row.get(record["status"], 0) + 1
-    return dict(sorted(counts.items()))

@@ -126,6 +126,7 @@ MODULES: dict[str, str] = {
     "tests/report/test_throughput_grouping.py": UNIT,
     "tests/report/test_verdict_plot.py": UNIT,
     "tests/report/test_workflow.py": UNIT,
+    "tests/results/test_summary.py": UNIT,
     "tests/results/test_record_type.py": UNIT,
     "tests/results/test_records.py": SUBPROCESS,
     "tests/results/test_session_header.py": UNIT,

@@ -279,6 +279,22 @@ def flag_of(name: str) -> str:
                    f"{', '.join(f.name for f in fields(Options))}")
 
 
+def join_option_value(args: list[str], option: str) -> list[str]:
+    """args with every `option VALUE` pair as the one word `option=VALUE`."""
+    joined, index = [], 0
+    while index < len(args):
+        if args[index] == option and index + 1 < len(args):
+            joined.append(f"{option}={args[index + 1]}")
+            index += 2
+            continue
+        if args[index] == "--":  # what follows is not options
+            joined.extend(args[index:])
+            break
+        joined.append(args[index])
+        index += 1
+    return joined
+
+
 def declarations(late: bool = False) -> list[tuple[str, dict]]:
     """(flag, pytest addoption keywords) of every option declared at pytest_addoption, or with
     `late` of those declared after pytest's first parse."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.plugin import join_option_value
+from harness.runner.settings import join_option_value
 
 
 def test_option_value_pairs_are_joined_and_nothing_else():
