@@ -84,7 +84,7 @@ class Timings:
     total_s: float | None = doc("the whole case", omit_none=True)
 
 
-@dataclass
+@dataclass(frozen=True)  # assembled once, from the stages' frozen results (harness.runner.record)
 class ResultRecord:
     format: str = doc('`"harness.result/2"` (`/1` records, which lack `trainer` and '
                       '`passthrough_flags`, are still read)', default=RESULT_FORMAT)
@@ -206,13 +206,6 @@ class ResultRecord:
                                  "session keeps of it); null for a case that was not diffed")
     started_at: str | None = doc("local time, `YYYY-mm-ddTHH:MM:SS+zzzz`")
     finished_at: str | None = doc("local time, `YYYY-mm-ddTHH:MM:SS+zzzz`")
-
-    def set(self, **values: Any) -> None:
-        """Set several fields at once; a name that is no field is an error (not a new attribute)."""
-        for name, value in values.items():
-            if name not in FIELDS:
-                raise AttributeError(f"ResultRecord has no field {name!r}")
-            setattr(self, name, value)
 
     def to_json(self) -> dict:
         """The record as written: a dict with every key of FIELDS, in order, JSON-safe."""

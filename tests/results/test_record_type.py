@@ -3,6 +3,8 @@ read back, unknown keys refused with where they are."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pytest
@@ -80,5 +82,7 @@ def test_writer_takes_the_typed_record(tmp_path):
     path = tmp_path / "results.jsonl"
     ResultsWriter(path).append(ResultRecord(status="passed", name="a/b/c"))
     assert read_results(path)[0]["name"] == "a/b/c"
-    with pytest.raises(AttributeError, match="no field 'tokens'"):
-        ResultRecord().set(tokens=1)
+    with pytest.raises(TypeError, match="'tokens'"):
+        ResultRecord(tokens=1)  # a name that is no field is refused, not a new key
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ResultRecord().status = "passed"  # assembled once: nothing fills a record in later
