@@ -111,6 +111,7 @@ MODULES: dict[str, str] = {
     "tests/reliability/test_idempotent.py": TORCHRUN,
     "tests/reliability/test_security.py": UNIT,
     "tests/report/test_artifacts.py": UNIT,
+    "tests/report/test_baseline_divergence.py": UNIT,
     "tests/report/test_case_view.py": UNIT,
     "tests/report/test_cli.py": UNIT,
     "tests/report/test_foreign_trainer.py": UNIT,

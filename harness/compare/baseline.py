@@ -38,9 +38,17 @@ def threshold_text(dtype: str) -> str:
 
 
 def allowed_diff(dtype: str, baseline_loss: float) -> float:
-    """The largest |run - baseline| that passes at a step whose baseline loss is given."""
+    """The largest |run - baseline| the dtype's threshold passes at a step whose baseline loss
+    is given."""
     kind, value = BASELINE_THRESHOLDS[dtype]
     return value * max(abs(baseline_loss), LOSS_SCALE_FLOOR) if kind == "relative" else value
+
+
+def step_limit(dtype: str, baseline_loss: float, resolution: float) -> float:
+    """The largest |run - baseline| that passes at a step: the dtype's threshold, but never
+    below the print resolution (a difference there is the printing's, not the trainer's). The
+    one rule the verdict counts diverging steps by and the report's divergence plot draws."""
+    return max(allowed_diff(dtype, baseline_loss), resolution * (1 + _RESOLUTION_SLACK))
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,7 @@ class BaselineVerdict:
     problem: str | None  # a bad pairing; then ok is False
     run_losses: tuple[float, ...] = ()
     base_losses: tuple[float, ...] = ()
+    resolution: float = 1e-6  # the run's print resolution the verdict was judged with
 
     def _losses_at(self, step: int) -> tuple[float, float, float]:
         i = self.steps.index(step)
@@ -92,7 +101,8 @@ class BaselineVerdict:
                 "worst_step": self.worst_step, "max_abs_diff": clean(self.max_abs_diff),
                 "max_rel_diff": clean(self.max_rel_diff), "problem": self.problem,
                 "run_losses": [clean(x) for x in self.run_losses],
-                "base_losses": [clean(x) for x in self.base_losses]}
+                "base_losses": [clean(x) for x in self.base_losses],
+                "resolution": self.resolution}
 
 
 def bad_pairing(dtype: str, problem: str) -> BaselineVerdict:
@@ -136,16 +146,16 @@ def judge_baseline(run_steps: Sequence[int], run_losses: Sequence[float],
     runs = tuple(run[s] for s in steps)
     bases = tuple(base[s] for s in steps)
     diffs = tuple(abs(r - b) for r, b in zip(runs, bases))
-    floor = resolution * (1 + _RESOLUTION_SLACK)
     diverging = [s for s, d, b in zip(steps, diffs, bases)
-                 if d > floor and d > allowed_diff(dtype, b)]
+                 if d > step_limit(dtype, b, resolution)]
     worst = max(range(len(steps)), key=lambda i: diffs[i])
     rel = max(d / max(abs(b), LOSS_SCALE_FLOOR) for d, b in zip(diffs, bases))
     return BaselineVerdict(ok=not diverging, dtype=dtype, threshold=threshold_text(dtype),
                            steps=steps, diffs=diffs,
                            first_diverging_step=diverging[0] if diverging else None,
                            worst_step=steps[worst], max_abs_diff=diffs[worst], max_rel_diff=rel,
-                           problem=None, run_losses=runs, base_losses=bases)
+                           problem=None, run_losses=runs, base_losses=bases,
+                           resolution=resolution)
 
 
 def _span(steps: Sequence[int]) -> str:

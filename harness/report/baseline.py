@@ -3,18 +3,53 @@ divergence from the baseline step by step (harness.baseline; the record's `basel
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from harness.baseline.summary import baseline_summary
+from harness.compare.baseline import BASELINE_THRESHOLDS, step_limit
 
 from .values import md_escape
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """One case's loss against its baseline, step by step, as a share of what the verdict
+    allows at each step (harness.compare.baseline.step_limit): over 1 is a diverging step."""
+
+    name: str
+    model: str
+    steps: tuple[int, ...]
+    ratios: tuple[float, ...]  # |run - baseline| / the step's limit; NaN where not recorded
+    first_diverging_step: int | None
+    status: str
+
+
+def divergence(record: dict) -> Divergence | None:
+    """None for a record without a judged baseline loss (no check, a bad pairing, or a record
+    written before the verdict kept its baseline losses and resolution)."""
+    baseline = record.get("baseline")
+    loss = (baseline.get("loss") if isinstance(baseline, dict) else None) or {}
+    steps, diffs, bases = loss.get("steps"), loss.get("diffs"), loss.get("base_losses")
+    dtype, resolution = loss.get("dtype"), loss.get("resolution")
+    if (not steps or dtype not in BASELINE_THRESHOLDS or resolution is None
+            or not isinstance(diffs, list) or not isinstance(bases, list)
+            or not len(steps) == len(diffs) == len(bases)):
+        return None
+    ratios = tuple(math.nan if d is None or b is None else d / step_limit(dtype, b, resolution)
+                   for d, b in zip(diffs, bases))
+    return Divergence(str(record.get("name")), str(record.get("model")), tuple(steps), ratios,
+                      baseline.get("first_diverging_step"), str(baseline.get("status")))
 
 
 def _g(value) -> str:
     return "n/a" if value is None else f"{float(value):.2g}"
 
 
-def section(records: list[dict]) -> list[str]:
+def section(records: list[dict], figures: dict[str, str] | None = None) -> list[str]:
     """The lines of "## Baseline check", or the one line saying none was checked; nothing for
-    a bundled-trainer session that asked for no baseline."""
+    a bundled-trainer session that asked for no baseline. `figures`: model -> the divergence
+    plot's file name (harness.report.plots.divergence_figure), linked below the table."""
     line = baseline_summary(records)
     if line is None:
         return []
@@ -41,4 +76,7 @@ def section(records: list[dict]) -> list[str]:
             loss = r["baseline"]["loss"]
             steps = ", ".join(f"{s}: {_g(d)}" for s, d in zip(loss["steps"], loss["diffs"]))
             lines.append(f"- `{r.get('name')}`: {steps}")
+    for model, link in sorted((figures or {}).items()):
+        lines += ["", f"![{model}: loss against the baseline, as a share of the threshold, "
+                      f"per step]({link})"]
     return lines + [""]

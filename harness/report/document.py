@@ -29,9 +29,10 @@ def build(session: Session, path: Path, previous: Session | None = None,
     path = Path(path)
     views = [view(r) for r in session.records]
     images: list[Path] = []
-    loss_links, grad_links = {}, {}
+    loss_links, grad_links, divergence_links = {}, {}, {}
     if with_plots:
         loss_links, grad_links = _plots(views, path, images)
+        divergence_links = _divergence_plots(session.records, path, images)
 
     lines = markdown.header(session, views)
     lines += markdown.problems(session)
@@ -41,7 +42,7 @@ def build(session: Session, path: Path, previous: Session | None = None,
         old = [view(r) for r in previous.records]
         lines += comparison_section(compare(old, views, previous.label, session.label,
                                             previous.header, session.header))
-    lines += baseline.section(session.records)
+    lines += baseline.section(session.records, divergence_links)
     lines += markdown.failures(views, grad_links)
     lines += markdown.cases_table(views)
     lines += markdown.throughput(layout_groups(views))
@@ -74,3 +75,16 @@ def _plots(views: list[CaseView], path: Path, images: list[Path]):
                 images.append(png)
                 grad_links[v.name] = png.name
     return loss_links, grad_links
+
+
+def _divergence_plots(records: list[dict], path: Path, images: list[Path]) -> dict[str, str]:
+    """model -> the file name of its divergence-from-the-baseline plot, for the models with a
+    judged baseline."""
+    checked = [d for d in map(baseline.divergence, records) if d is not None]
+    links: dict[str, str] = {}
+    for model in sorted({d.model for d in checked}):
+        png = path.with_name(f"{path.stem}-baseline-{plots.slug(model)}.png")
+        if plots.divergence_figure(model, [d for d in checked if d.model == model], png):
+            images.append(png)
+            links[model] = png.name
+    return links

@@ -141,6 +141,42 @@ def loss_figure(model: str, cases: list[CaseView], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def divergence_figure(model: str, cases: list, path: Path) -> Path | None:
+    """The loss against the baseline, step by step, for each case of `model` with a judged
+    baseline (harness.report.baseline.Divergence): |run - baseline| as a share of what the
+    verdict allows at that step, on a log axis, against the line at 1 where a step diverges; an
+    exact 0 is drawn on the "exactly 0" row. None when no case has one."""
+    cases = [c for c in cases if c.steps]
+    if not cases:
+        return None
+    nonzero = [r for c in cases for r in c.ratios if r == r and r > 0]
+    floor = min([*nonzero, 1.0]) / 100
+    fig, axis = plt.subplots(figsize=(11, max(4.0, 2.5 + 0.18 * len(cases))))
+    for case, style in zip(cases, series_styles(len(cases))):
+        axis.plot(case.steps, [max(r, floor) if r == r else math.nan for r in case.ratios],
+                  label=f"{case.name} (baseline {case.status})", markersize=5,
+                  lw=2.0 if case.first_diverging_step is not None else 1.0, **style)
+        if case.first_diverging_step is not None:
+            at = case.steps.index(case.first_diverging_step)
+            axis.plot([case.first_diverging_step], [max(case.ratios[at], floor)], marker="X",
+                      markersize=12, color=style["color"], linestyle="none", zorder=5)
+    axis.set_yscale("log")
+    axis.axhline(1.0, color="red", lw=1.2, ls=(0, (4, 2)),
+                 label="the baseline threshold (over it: a diverging step, X the first)")
+    axis.axhline(floor, color="0.6", lw=0.8, zorder=0)
+    ticks = [t for t in axis.get_yticks() if t > floor * 10]
+    axis.set_yticks([floor, *ticks])
+    axis.set_yticklabels(["exactly 0", *(f"{t:.0e}" for t in ticks)])
+    axis.set_ylim(floor / 3, max([*nonzero, 1.0]) * 5)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_xlabel("step")
+    axis.set_ylabel("|loss − baseline| / threshold")
+    axis.set_title(f"{model}: each case's loss against the independent baseline, as a share of "
+                   "the threshold at that step", fontsize=10)
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
 def _layer_order(entry: dict) -> tuple:
     layer = str(entry.get("layer"))
     name = str(entry.get("name"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from harness.compare.baseline import (_span, allowed_diff, bad_pairing, judge_baseline,
-                                      threshold_text)
+                                      step_limit, threshold_text)
 
 
 def test_the_record_holds_every_field_by_its_name():
@@ -17,7 +17,7 @@ def test_the_record_holds_every_field_by_its_name():
         "ok": False, "dtype": "float32", "threshold": "relative 1e-05", "steps": [1, 2, 3],
         "diffs": [0.0, v.diffs[1], 0.0], "first_diverging_step": 2, "worst_step": 2,
         "max_abs_diff": v.diffs[1], "max_rel_diff": v.diffs[1] / 4.1, "problem": None,
-        "run_losses": [5.0, 4.0, 3.5], "base_losses": [5.0, 4.1, 3.5]}
+        "run_losses": [5.0, 4.0, 3.5], "base_losses": [5.0, 4.1, 3.5], "resolution": 1e-6}
     assert math.isclose(v.diffs[1], 0.1) and math.isclose(v.max_rel_diff, 0.1 / 4.1)
     bad = bad_pairing("float32", "x: no")  # NaN differences (no number) are JSON null
     assert math.isnan(bad.max_abs_diff) and math.isnan(bad.max_rel_diff)
@@ -37,6 +37,9 @@ def test_a_step_exactly_at_the_threshold_or_at_the_print_resolution_passes():
     printed = judge_baseline([1], [1e-4], [1], [0.0], "float32", resolution=1e-4)
     assert printed.ok and printed.diffs == (1e-4,)
     assert judge_baseline([1], [2e-4], [1], [0.0], "float32", resolution=1e-4).ok is False
+    # the one per-step limit both the verdict and the report's divergence plot use
+    assert step_limit("float32", -4.0, 1e-7) == 4e-5
+    assert step_limit("float32", 1.0, 1e-4) == 1e-4 * (1 + 1e-6)
     edge = 1e-4 * (1 + 1e-6)  # the resolution with its rounding slack: still the resolution
     assert judge_baseline([1], [edge], [1], [0.0], "float32", resolution=1e-4).ok
 
