@@ -165,7 +165,12 @@ class ResultRecord:
         "`source` is `pytorch (live)` (the bundled trainer run with the subject's semantics, "
         "harness.baseline) or the recorded log it was read from; `status` `passed`, `failed`, "
         "`skipped` (with the reason: no counterpart, not run) or `error`; `loss` the "
-        "per-step comparison (harness.compare.baseline); `losses` / `steps` the baseline's; "
+        "per-step comparison (harness.compare.baseline: `{ok, dtype, threshold, steps, "
+        "diffs, first_diverging_step, worst_step, max_abs_diff, max_rel_diff, problem, "
+        "run_losses, base_losses, resolution}`; a step diverges when its `diffs` entry is over "
+        "`step_limit(dtype, base loss, resolution)`: the dtype's threshold, never below the "
+        "run's print `resolution`, kept since 2026-12-04 for the report's divergence plot); "
+        "`losses` / `steps` the baseline's; "
         "`note` e.g. a Megatron log's corrected step 2; `run` the live run's cache key, "
         "folder, whether this session built it, its command and flags")
     calibration: dict | None = doc(
