@@ -16,8 +16,6 @@ from harness.cases.config_types import BACKENDS, INFINITRAIN_LAUNCHES
 from harness.contracts.flags import FLAGS
 from harness.contracts.models import MODEL_SPECS
 
-from .config_types import BACKENDS
-
 SCHEMA_ID = "https://example.invalid/harness/test_config.schema.json"
 
 # Trainer flags a case may set (the flag table's case-owned flags), with their JSON types.

@@ -59,12 +59,7 @@ def build(session: Session, path: Path, previous: Session | None = None,
 
 def _plots(views: list[CaseView], path: Path, images: list[Path]):
     stem = path.stem
-    loss_links: dict[str, str] = {}
-    for model in sorted({v.model for v in views}):
-        png = path.with_name(f"{stem}-loss-{plots.slug(model)}.png")
-        if plots.loss_figure(model, [v for v in views if v.model == model], png):
-            images.append(png)
-            loss_links[model] = png.name
+    loss_links = _per_model(views, "loss", plots.loss_figure, path, images)
     # the verdict pictures: each failing case's, and the closest passing case of each group
     images.extend(plots.draw_verdicts([v.record for v in views], path.parent, stem).values())
     grad_links: dict[str, str] = {}
@@ -81,10 +76,16 @@ def _divergence_plots(records: list[dict], path: Path, images: list[Path]) -> di
     """model -> the file name of its divergence-from-the-baseline plot, for the models with a
     judged baseline."""
     checked = [d for d in map(baseline.divergence, records) if d is not None]
+    return _per_model(checked, "baseline", plots.divergence_figure, path, images)
+
+
+def _per_model(items: list, kind: str, draw, path: Path, images: list[Path]) -> dict[str, str]:
+    """model -> the file name of its `kind` figure (`draw(model, its items, png)`, None when
+    it has nothing to draw), for each model among `items` (each with a `.model`)."""
     links: dict[str, str] = {}
-    for model in sorted({d.model for d in checked}):
-        png = path.with_name(f"{path.stem}-baseline-{plots.slug(model)}.png")
-        if plots.divergence_figure(model, [d for d in checked if d.model == model], png):
+    for model in sorted({item.model for item in items}):
+        png = path.with_name(f"{path.stem}-{kind}-{plots.slug(model)}.png")
+        if draw(model, [item for item in items if item.model == model], png):
             images.append(png)
             links[model] = png.name
     return links

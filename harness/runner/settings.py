@@ -205,7 +205,6 @@ class Options:
             given["variables"] = tuple(given["variables"])
         return cls(**given)
 
-
     def check(self) -> None:
         """ValueError naming the flag for options that cannot go together or are out of range
         (checked when the session starts, before anything runs)."""
