@@ -32,6 +32,7 @@ MODULES: dict[str, str] = {
     "tests/benchmarks/test_mutation_script.py": UNIT,
     "tests/benchmarks/test_numerics_scripts.py": UNIT,
     "tests/benchmarks/test_solver_baselines.py": UNIT,
+    "tests/baseline/test_baseline_gradients.py": UNIT,
     "tests/baseline/test_baseline_sessions.py": TORCHRUN,
     "tests/baseline/test_recorded_and_summary.py": UNIT,
     "tests/baseline/test_semantics.py": UNIT,

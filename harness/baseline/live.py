@@ -3,9 +3,13 @@ implementation, kept apart from the self-check ("did parallelism change the numb
 
 `--harness-baseline pytorch` runs the bundled PyTorch trainer with the subject's semantics
 (harness.baseline.semantics) on one device, on the case's global batch, and compares every
-step's loss with the case's (harness.compare.baseline). Those runs are cached like references,
-one per key (model, model files, baseline flags, device, the bundled trainer's version), in
-`<reference cache>/baselines/`, so a warm session runs none. A case the bundled trainer cannot
+step's loss with the case's (harness.compare.baseline); where the case dumped gradients
+(InfiniTrain's #209 GPT-2), the baseline dumps its first step's too, and every parameter is
+compared under the bundled trainer's name (harness.baseline.semantics), with the self-check's
+thresholds, a TP rank's un-gathered file against its slice. Those runs are cached like
+references, one per key (model, model files, baseline flags, whether it dumped gradients,
+device, the bundled trainer's version), in `<reference cache>/baselines/`, so a warm session
+runs none. A case the bundled trainer cannot
 match (LoRA, a flag with no recorded counterpart) gets a skipped baseline with the reason; a
 case that crashed gets none (`not run`).
 """
@@ -17,10 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.compare.baseline import BaselineVerdict, judge_baseline
+from harness.compare.diff import GradientDiff, gradient_names
+from harness.compare.render import gradient_lines
+from harness.contracts.records import read_jsonl, write_steps
 from harness.launch import HarnessBackend
 from harness.reference import ReferenceCache, ReferenceError, reference_key
-from harness.contracts.records import read_jsonl, write_steps
 
+from .gradients import GradientRequest, compare_with_baseline
 from .semantics import BaselineUnmatched
 
 PYTORCH = "pytorch"
@@ -38,6 +45,8 @@ class BaselineCheck:
     steps: tuple = ()
     run: dict = field(default_factory=dict)  # the baseline run: key, path, built, command, flags
     note: str | None = None  # e.g. a Megatron log's corrected step 2
+    gradients: GradientDiff | None = None  # the first step's gradients, where both dumped them
+    gradients_reason: str | None = None  # why they were not compared
 
     def __post_init__(self) -> None:
         if self.status not in BASELINE_STATUSES:
@@ -47,8 +56,14 @@ class BaselineCheck:
     def lines(self) -> list[str]:
         """The failure text's baseline part."""
         head = f"baseline ({self.source}): {self.status}"
+        lines = []
         if self.verdict is not None and not self.verdict.ok:
-            return [head, *("  " + line for line in self.verdict.lines())]
+            lines += ["  " + line for line in self.verdict.lines()]
+        if self.gradients is not None and not self.gradients.ok:
+            lines += ["  gradients of the first step against the baseline's:",
+                      *("    " + line for line in gradient_lines(self.gradients))]
+        if lines:
+            return [head, *lines]
         return [head + (f": {self.reason}" if self.reason else "")]
 
     def record(self) -> dict:
@@ -56,6 +71,8 @@ class BaselineCheck:
         out = {"source": self.source, "status": self.status, "reason": self.reason,
                "first_diverging_step": None, "max_abs_diff": None, "loss": None,
                "losses": list(self.losses), "steps": list(self.steps), "note": self.note,
+               "gradients": None if self.gradients is None else self.gradients.to_dict(),
+               "gradients_reason": self.gradients_reason,
                **({"run": self.run} if self.run else {})}
         if self.verdict is not None:
             out["loss"] = self.verdict.to_dict()
@@ -66,23 +83,39 @@ class BaselineCheck:
 
 def judged(source: str, run_steps: list[dict], base_steps: list[int], base_losses: list[float],
            dtype: str, first_step: int, run: dict | None = None,
-           note: str | None = None) -> BaselineCheck:
-    """The check of a run's steps against a baseline's, from `first_step` on (a resumed run
-    starts later; the baseline ran from the start)."""
+           note: str | None = None, gradients: GradientDiff | None = None,
+           gradients_reason: str | None = None) -> BaselineCheck:
+    """The check of a run's steps (and, when given, its compared gradients) against a
+    baseline's, from `first_step` on (a resumed run starts later; the baseline ran from the
+    start). It fails when either fails."""
     pairs = [(s, l) for s, l in zip(base_steps, base_losses) if s >= first_step]
     verdict = judge_baseline([int(s["step"]) for s in run_steps],
                              [float(s["loss"]) for s in run_steps],
                              [s for s, _ in pairs], [l for _, l in pairs], dtype,
                              resolution=_resolution(run_steps), where=source)
-    return BaselineCheck(source, "passed" if verdict.ok else "failed",
-                         reason=None if verdict.ok else (verdict.problem or _first(verdict)),
+    reasons = ([] if verdict.ok else [verdict.problem or _first(verdict)]) + \
+        ([] if gradients is None or gradients.ok else [_gradients_first(gradients)])
+    return BaselineCheck(source, "failed" if reasons else "passed",
+                         reason="; ".join(reasons) or None,
                          verdict=verdict, losses=tuple(l for _, l in pairs),
-                         steps=tuple(s for s, _ in pairs), run=dict(run or {}), note=note)
+                         steps=tuple(s for s, _ in pairs), run=dict(run or {}), note=note,
+                         gradients=gradients, gradients_reason=gradients_reason)
 
 
 def _first(verdict: BaselineVerdict) -> str:
     return (f"first diverging step {verdict.first_diverging_step}, worst |diff| "
             f"{verdict.max_abs_diff:.3g} at step {verdict.worst_step} ({verdict.threshold})")
+
+
+def _gradients_first(diff: GradientDiff) -> str:
+    """The gradients' part of a failed check's one-line reason."""
+    if diff.missing or diff.extra or diff.shape_errors:
+        return (f"gradients: {len(diff.missing)} missing, {len(diff.extra)} without a baseline "
+                f"counterpart, {len(diff.shape_errors)} of another shape")
+    worst = diff.relative_failures[0] if diff.relative_failures else diff.worst(1)[0]
+    return (f"gradients: {len(diff.relative_failures) or len(diff.mismatched)} of "
+            f"{diff.parameters} parameters differ, worst {worst.name} (relative error "
+            f"{worst.relative_error:.3g})")
 
 
 def _resolution(steps: list[dict]) -> float:
@@ -94,8 +127,9 @@ def _resolution(steps: list[dict]) -> float:
 class LiveBaseline:
     """Runs (once per key, cached) and judges the PyTorch baseline of a foreign trainer's case.
 
-    `run` is the case runner's: (backend, name, model, flags, checkpoint, input_bin, folder) ->
-    its Ran (`launched.result`, `outputs`, `failed`), one process with no gradients through the
+    `run` is the case runner's: (backend, name, model, flags, checkpoint, input_bin, folder,
+    gradients) -> its Ran (`launched.result`, `outputs`, `failed`), one process (its first
+    step's gradients dumped into `folder/gradients` when asked) through the
     same lease, launch and collect stages as a case (harness.runner.stages); handed in, since
     the runner imports this module."""
 
@@ -107,36 +141,49 @@ class LiveBaseline:
         self.cache = ReferenceCache(Path(settings.reference_root) / "baselines")
 
     def check(self, subject, model: str, case_name: str, args: dict, run_steps: list[dict],
-              checkpoint: Path, input_bin: Path, first_step: int) -> BaselineCheck:
+              checkpoint: Path, input_bin: Path, first_step: int,
+              gradients: GradientRequest | None = None,
+              gradients_reason: str | None = None) -> BaselineCheck:
+        """The case's baseline check; `gradients` when the case dumped comparable gradients,
+        else `gradients_reason` says why none are compared."""
         source = f"{PYTORCH} (live)"
         try:
             flags = subject.baseline_flags(model, args)
         except BaselineUnmatched as unmatched:
             return BaselineCheck(source, "skipped", reason=str(unmatched))
+        dumps = gradients is not None
         key = reference_key(model, {"checkpoint": checkpoint, "input_bin": input_bin},
-                            {**flags, "baseline": PYTORCH}, self.settings.device,
-                            self.backend.version())
+                            {**flags, "baseline": PYTORCH,
+                             **({"dump_gradients": "<entry>/gradients"} if dumps else {})},
+                            self.settings.device, self.backend.version())
         try:
             entry = self.cache.get_or_build(
                 key, lambda folder: self._build(model, case_name, flags, checkpoint,
-                                                input_bin, folder))
+                                                input_bin, folder, dumps))
         except ReferenceError as error:
             return BaselineCheck(source, "error", reason=str(error).splitlines()[0])
         steps = read_jsonl(entry.steps_file)
         run = {"key": self.cache.entry_name(key), "path": str(entry.path),
                "built": entry.built, "command": entry.info.get("command"), "flags": flags}
+        diff = None
+        if gradients is not None:
+            try:
+                diff = compare_with_baseline(model, gradients, entry.gradients_dir)
+            except BaselineUnmatched as problem:
+                return BaselineCheck(source, "error", reason=str(problem), run=run)
         return judged(source, run_steps, [int(s["step"]) for s in steps],
-                      [float(s["loss"]) for s in steps], flags["dtype"], first_step, run)
+                      [float(s["loss"]) for s in steps], flags["dtype"], first_step, run,
+                      gradients=diff, gradients_reason=gradients_reason)
 
     def _build(self, model: str, case_name: str, flags: dict, checkpoint: Path,
-               input_bin: Path, folder: Path) -> dict:
+               input_bin: Path, folder: Path, gradients: bool = False) -> dict:
         """The baseline's run (lease, launch, collect as a case's), then judged: a crash, no
         steps or a non-finite loss is refused; then its steps written for the cache."""
         if self.progress is not None:
             self.progress(f"running the PyTorch baseline of {case_name} (one device; once per "
                           f"key, then cached in {self.cache.root})")
         ran = self.run(self.backend, "baseline", model, dict(flags), checkpoint, input_bin,
-                       folder)
+                       folder, gradients)
         result, outputs = ran.launched.result, ran.outputs
         problem = None
         if ran.failed:
@@ -145,6 +192,8 @@ class LiveBaseline:
             problem = "it recorded no steps"
         elif not all(math.isfinite(float(s["loss"])) for s in outputs.steps):
             problem = "a non-finite loss"
+        elif gradients and not gradient_names(folder / "gradients"):
+            problem = f"it dumped no gradients into {folder / 'gradients'}"
         if problem:
             raise ReferenceError(f"the PyTorch baseline run of {case_name} failed: {problem} "
                                  f"(command: {' '.join(map(str, result.argv))}; log "

@@ -67,6 +67,20 @@ FACTS: tuple[Fact, ...] = (
          "(load_optimizer_state false), llama3 loads Adam's", "example/gpt2/main.cc:351, "
          "example/llama3/main.cc:330",
          "run from the start; the resumed steps are compared with its same steps"),
+    Fact("#209's gradient dump names a parameter as its state dict does: `transformer.` before "
+         "the embeddings, blocks and final norm, `lm_head.weight` without; at PP 1 `lm_head` "
+         "is `wte` itself (tied), so both files hold the one gradient",
+         "infini_train/include/nn/modules/transformer/transformer.h:72 (kTransformerModelName "
+         "\"transformer\"); infini_train/src/nn/modules/transformer/transformer.cc:248, 256 "
+         "(the tie only when GetPipelineParallelSize() == 1)",
+         "`--dump_gradients` after the first step under llm.c's names (`transformer.` "
+         "dropped; its tied `wte.weight` also read as `lm_head.weight`); compared parameter "
+         "by parameter with the case's dump"),
+    Fact("gpt2 at TP 1 holds the real vocabulary (vocab_size rows of wte / lm_head) and skips "
+         "the file's padded rows; under TP the padded one", "example/gpt2/checkpoint_loader.cc"
+         ":82 `tp_size > 1 ? padded_vocab_size : vocab_size`, :149-152",
+         "its padded vocabulary's gradient compared over the subject's rows at TP 1 (the "
+         "padded rows' logits are cut off, so they carry none)"),
 )
 
 # The program each model runs, and the optimizer it steps with (FACTS 0-2).
@@ -120,6 +134,25 @@ def baseline_flags(model: str, args: dict[str, Any],
         except FlagError as error:
             raise BaselineUnmatched(f"{error} (the binary's value, for the baseline)") from None
     return {**flags, **OPTIMIZER_FLAGS[model]}
+
+
+# The vocabulary-sized parameters, under the bundled trainer's names (FACTS: the vocabulary).
+VOCABULARY_PARAMETERS = frozenset({"wte.weight", "lm_head.weight"})
+# The prefix the subject's gradient dump puts before a parameter's llm.c name, per program
+# (FACTS: the gradient dump). Only gpt2: #209 gives llama3 no --dump_gradients, so its names
+# were never seen, and are not guessed.
+GRADIENT_NAME_PREFIX: dict[str, str] = {"gpt2": "transformer."}
+
+
+def baseline_parameter_name(model: str, name: str) -> str:
+    """The bundled trainer's name of the parameter the subject's dump of `model` calls `name`
+    (`transformer.h.3.attn.c_attn.weight` -> `h.3.attn.c_attn.weight`; `lm_head.weight` as it
+    is). BaselineUnmatched for a program with no recorded dump naming."""
+    if model not in GRADIENT_NAME_PREFIX:
+        raise BaselineUnmatched(f"no gradient dump naming recorded for InfiniTrain's {model!r} "
+                                f"program (known: {', '.join(GRADIENT_NAME_PREFIX)})")
+    prefix = GRADIENT_NAME_PREFIX[model]
+    return name[len(prefix):] if name.startswith(prefix) else name
 
 
 def fact_table() -> list[str]:

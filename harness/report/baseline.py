@@ -46,6 +46,25 @@ def _g(value) -> str:
     return "n/a" if value is None else f"{float(value):.2g}"
 
 
+def _gradients(baseline: dict) -> str:
+    """The gradients' cell: how many parameters agreed, the worst, or why none were compared."""
+    grads = baseline.get("gradients")
+    if not isinstance(grads, dict):
+        reason = baseline.get("gradients_reason")
+        return f"not compared: {reason}" if reason else "-"
+    count = grads.get("parameters")
+    if grads.get("ok"):
+        return f"passed ({count} parameters)"
+    relative = grads.get("relative") or {}
+    failed = len(relative.get("failed") or []) or grads.get("mismatched")
+    worst = (f", worst `{relative['worst_parameter']}` {_g(relative.get('worst'))}"
+             if relative.get("worst_parameter") else "")
+    broken = len(grads.get("missing") or []) + len(grads.get("extra") or []) + \
+        len(grads.get("shape_errors") or [])
+    return (f"failed: {failed} of {count} differ{worst}"
+            + (f"; {broken} missing, extra or of another shape" if broken else ""))
+
+
 def section(records: list[dict], figures: dict[str, str] | None = None) -> list[str]:
     """The lines of "## Baseline check", or the one line saying none was checked; nothing for
     a bundled-trainer session that asked for no baseline. `figures`: model -> the divergence
@@ -58,7 +77,7 @@ def section(records: list[dict], figures: dict[str, str] | None = None) -> list[
     if not checked:
         return lines
     lines += ["| case | self-check | baseline | source | first diverging step | worst \\|Δ\\| "
-              "(step) | threshold | reason |", "|---|---|---|---|---|---|---|---|"]
+              "(step) | threshold | gradients | reason |", "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(checked, key=lambda r: str(r.get("name"))):
         b = r["baseline"]
         loss = b.get("loss") or {}
@@ -67,7 +86,7 @@ def section(records: list[dict], figures: dict[str, str] | None = None) -> list[
         lines.append(
             f"| `{r.get('name')}` | {r.get('self_check') or 'n/a'} | {b.get('status')} | "
             f"{md_escape(str(b.get('source')))} | {b.get('first_diverging_step') or '-'} | "
-            f"{worst} | {loss.get('threshold') or 'n/a'} | "
+            f"{worst} | {loss.get('threshold') or 'n/a'} | {md_escape(_gradients(b))} | "
             f"{md_escape(b.get('reason') or b.get('note') or '')} |")
     diverged = [r for r in checked if (r["baseline"].get("loss") or {}).get("diffs")]
     if diverged:

@@ -161,7 +161,8 @@ class ResultRecord:
     baseline: dict | None = doc(
         "the baseline check, kept apart from the self-check (\"is the trainer right at "
         "all?\"), null when the session asked for none (`--harness-baseline`): `{source, "
-        "status, reason, first_diverging_step, max_abs_diff, loss, losses, steps, note, run}`; "
+        "status, reason, first_diverging_step, max_abs_diff, loss, losses, steps, note, gradients, "
+        "gradients_reason, run}`; "
         "`source` is `pytorch (live)` (the bundled trainer run with the subject's semantics, "
         "harness.baseline) or the recorded log it was read from; `status` `passed`, `failed`, "
         "`skipped` (with the reason: no counterpart, not run) or `error`; `loss` the "
@@ -172,7 +173,10 @@ class ResultRecord:
         "run's print `resolution`, kept since 2026-12-04 for the report's divergence plot); "
         "`losses` / `steps` the baseline's; "
         "`note` e.g. a Megatron log's corrected step 2; `run` the live run's cache key, "
-        "folder, whether this session built it, its command and flags")
+        "folder, whether this session built it, its command and flags; `gradients` the first "
+        "step's gradients against the live baseline's where the case dumped them (the "
+        "self-check's `gradients` format, under the bundled trainer's parameter names, "
+        "harness.baseline.gradients), else null with `gradients_reason` saying why")
     calibration: dict | None = doc(
         "which scale-free thresholds the case was judged with (docs/harness_guide.md, "
         "Calibration): `{file, gradients_noise, loss_noise, thresholds: {loss, gradients}, "

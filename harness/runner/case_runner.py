@@ -36,12 +36,14 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from harness.baseline.gradients import GradientRequest
 from harness.baseline.live import PYTORCH, BaselineCheck, LiveBaseline
 from harness.baseline.recorded import recorded_check
 from harness.cases import Case, HarnessConfig
 from harness.compare import Locator
 from harness.compare.case_verdict import UpdatesRequest
 from harness.compare.case_verdict import judge as judge_runs
+from harness.compare.diff import gradient_names
 from harness.compare.dumps import folder_bytes, settle_dumps
 from harness.compare.verdict import UPDATE_RESOLUTION, update_threshold
 from harness.launch import LaunchSpec, ProcessResult
@@ -366,11 +368,31 @@ class CaseRunner:
         if given == PYTORCH:
             if self._live is None:
                 self._live = LiveBaseline(self.settings, self.run_one_device, self.progress)
+            gradients, why_not = self.baseline_gradients(planned, collected)
             return self._live.check(self.backend, case.model, case.name, case.args,
                                     collected.outputs.steps, planned.checkpoint,
-                                    planned.input_bin, self.first_step(planned.flags))
+                                    planned.input_bin, self.first_step(planned.flags),
+                                    gradients, why_not)
         return recorded_check(Path(given), case, collected.outputs.steps,
                               self.first_step(planned.flags))
+
+    def baseline_gradients(self, planned: CasePlan,
+                           collected: Collected) -> tuple[GradientRequest | None, str | None]:
+        """What of the case's gradients the live baseline compares: the run's dump with the
+        self-check's thresholds, or why none (the reason the self-check gave, or a run that
+        dumped none, which the self-check fails on its own)."""
+        case = planned.case
+        if not case.compare.gradients:
+            return None, "the case compares no gradients"
+        if not planned.gradients:
+            note = planned.gradients_note or {}
+            return None, note.get("reason") or "the case's run dumps no gradients"
+        run_dir = collected.outputs.gradients_dir
+        if run_dir is None or not gradient_names(run_dir):
+            return None, f"the run dumped no gradients (none in {run_dir})"
+        return GradientRequest(Path(run_dir), planned.out / "baseline-gradients",
+                               case.tolerances.gradients, planned.relative.gradients,
+                               self.backend.gradient_shards(planned.flags)), None
 
     def settle(self, planned: CasePlan, launched: Launched, reference: ReferenceEntry,
                collected: Collected, judged: Judged,
@@ -432,10 +454,10 @@ class CaseRunner:
                           self.leases)
 
     def run_one_device(self, backend, name: str, model: str, flags: dict, checkpoint: Path,
-                       input_bin: Path, folder: Path) -> Ran:
-        """One process, no gradients, no port (LiveBaseline's runs)."""
+                       input_bin: Path, folder: Path, gradients: bool = False) -> Ran:
+        """One process, no port, the first step's gradients when asked (LiveBaseline's runs)."""
         return self.run_target(RunTarget(name, model, flags, 1, checkpoint, input_bin, folder,
-                                         gradients=False, port=False), backend)
+                                         gradients=gradients, port=False), backend)
 
     def plan_reference(self, case: Case, checkpoint: Path, input_bin: Path,
                        folder: Path) -> RunTarget:

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -97,6 +96,14 @@ def test_the_live_pytorch_baseline_is_kept_apart_cached_and_skips_what_it_cannot
         assert case["baseline"]["run"]["flags"]["optimizer"] == "sgd"
         assert case["baseline"]["run"]["flags"]["total_batch_size"] == 256  # the listing's
         assert case["baseline"]["run"]["built"] is (number == 0)  # cached: the warm session runs none
+        # #209's GPT-2 dumps gradients: the baseline's first step is compared with them,
+        # every parameter paired under the bundled trainer's names (the stand-in's toy model
+        # differs in every one), the baseline run's dump cached with it
+        grads = case["baseline"]["gradients"]
+        assert grads["parameters"] == case["gradients"]["parameters"] > 0, grads
+        assert (grads["missing"], grads["extra"], grads["shape_errors"]) == ([], [], [])
+        assert grads["ok"] is False and "gradients of the first step" in result.stdout
+        assert case["baseline"]["gradients_reason"] is None
         assert lora["baseline"]["status"] == "skipped"
         assert "no LoRA" in lora["baseline"]["reason"]
         assert "baseline (pytorch (live)): 1 failed, 1 skipped" in result.stdout

@@ -91,3 +91,23 @@ def test_the_report_shows_both_verdicts_and_the_divergence_step_by_step():
     assert "| `basic/gpt2/1` | passed | failed | pytorch (live) | 2 | 0.0004 (2) |" in text
     assert "- `basic/gpt2/1`: 1: 3e-06, 2: 0.0004" in text
     assert section([{"trainer": "infinitrain", "baseline": None}])[2] == NONE_CHECKED
+
+
+def test_the_report_says_what_the_gradients_against_the_baseline_showed():
+    from harness.report.baseline import section
+
+    def row(name: str, **baseline) -> str:
+        record = {"name": name, "trainer": "infinitrain", "self_check": "passed",
+                  "baseline": {"source": "pytorch (live)", "status": "passed", **baseline}}
+        return next(line for line in section([record]) if line.startswith(f"| `{name}`"))
+
+    failed = {"parameters": 101, "ok": False, "mismatched": 3, "missing": ["wpe.weight"],
+              "extra": [], "shape_errors": [],
+              "relative": {"failed": ["ln_f.bias", "h.0.ln_1.weight"],
+                           "worst_parameter": "ln_f.bias", "worst": 1e-3}}
+    assert "| failed: 2 of 101 differ, worst `ln_f.bias` 0.001; 1 missing, extra or of " \
+           "another shape |" in row("a", gradients=failed)
+    assert "| passed (101 parameters) |" in row("b", gradients={"parameters": 101, "ok": True})
+    assert "| not compared: not dumped by this trainer |" in row(
+        "c", gradients=None, gradients_reason="not dumped by this trainer")
+    assert "| - |" in row("d")  # an older record: no gradients keys at all
