@@ -117,16 +117,22 @@ def scan_jsonl(path: str | os.PathLike) -> list[JsonLine]:
     content (bytes that are not UTF-8 become U+FFFD). A last line with no newline that is not
     JSON is `truncated`: the writer was stopped in the middle of it. OSError when the file
     cannot be read."""
-    raw = Path(path).read_bytes().decode("utf-8", errors="replace")
+    return scan_jsonl_text(Path(path).read_bytes().decode("utf-8", errors="replace"))
+
+
+def scan_jsonl_text(raw: str, first_number: int = 1) -> list[JsonLine]:
+    """scan_jsonl of a file's text, or of its tail from line `first_number` on (a reader that
+    holds the lines before it already)."""
     lines = raw.split("\n")
     found = []
-    for number, text in enumerate(lines, start=1):
+    last = first_number + len(lines) - 1
+    for number, text in enumerate(lines, start=first_number):
         if not text.strip():
             continue
         try:
             found.append(JsonLine(number, text, json.loads(text)))
         except json.JSONDecodeError as error:
-            cut = number == len(lines) and not raw.endswith("\n")
+            cut = number == last and not raw.endswith("\n")
             problem = ("truncated (the writer stopped in the middle of it)" if cut
                        else f"not JSON ({error.msg} at column {error.colno})")
             found.append(JsonLine(number, text, problem=problem))
@@ -154,15 +160,19 @@ def read_json(path: str | os.PathLike) -> Any:
         return None
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to a scratch file beside `path`, then rename it into place: a reader in
-    another process (or thread) sees the old file or the whole new one, never a part."""
+def write_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
+    """Write `text` (or bytes) to a scratch file beside `path`, then rename it into place: a
+    reader in another process (or thread) sees the old file or the whole new one, never a
+    part."""
     import uuid
 
     path = Path(path)
     scratch = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     try:
-        scratch.write_text(text)
+        if isinstance(text, bytes):
+            scratch.write_bytes(text)
+        else:
+            scratch.write_text(text)
         os.replace(scratch, path)
     finally:
         scratch.unlink(missing_ok=True)

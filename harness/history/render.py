@@ -14,8 +14,9 @@ import math
 import os
 from pathlib import Path
 
+from harness.report.values import slug
+
 from .findings import Finding, all_findings, last_change, since
-from .plots import group_figure, slug
 from .rows import HistoryRow
 from .store import History, when
 
@@ -96,6 +97,8 @@ def document(history: History, folder: Path, with_plots: bool = True,
     findings (all_findings(history.rows)) when the caller has them already; `table_nights`: the
     newest nights each case's table shows (0: all; the plots always show every night)."""
     found = all_findings(history.rows) if found is None else found
+    if with_plots:  # matplotlib is imported only when something is drawn
+        from .plots import group_figure
     rows = history.rows
     images: list[Path] = []
     nights = {(r.session, r.date) for r in rows}

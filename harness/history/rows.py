@@ -61,7 +61,7 @@ class HistoryRow:
         # Whether a value fits its field depends on its type alone, and the rows of a history
         # share a few type patterns: each pattern is checked field by field once (a year of
         # nights is 73,000 rows of 27 fields).
-        pattern = tuple(map(type, map(values.__getitem__, _NAMES_IN_ORDER)))
+        pattern = tuple(map(type, map(values.__getitem__, FIELD_ORDER)))
         if pattern not in _PATTERNS_CHECKED:
             for name, types, allows_bool in _FIELD_TYPES:
                 value = values[name]
@@ -99,6 +99,18 @@ class HistoryRow:
         if self.commit:
             return self.commit[:7]
         return self.build or "unknown build"
+
+    def values(self) -> tuple:
+        """Every field's value in FIELD_ORDER (the history's cache keeps rows so)."""
+        return tuple(map(self.__dict__.__getitem__, FIELD_ORDER))
+
+    @classmethod
+    def trusted(cls, values: tuple) -> HistoryRow:
+        """A row from `values()` of a row validated before (the history's cache, which only a
+        reader that validated them writes): not validated again."""
+        row = object.__new__(cls)
+        row.__dict__.update(zip(FIELD_ORDER, values))
+        return row
 
     def to_json(self) -> dict:
         return {f.name: _json_float(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -143,7 +155,7 @@ def _types(hint: str) -> tuple[tuple[type, ...], bool]:
 
 
 _FIELD_TYPES = tuple((name, *_types(hint)) for name, hint in _HINTS.items())
-_NAMES_IN_ORDER = tuple(_HINTS)
+FIELD_ORDER = tuple(_HINTS)
 _PATTERNS_CHECKED: set[tuple[type, ...]] = set()  # value types known to fit (__post_init__)
 
 

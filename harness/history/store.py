@@ -14,13 +14,25 @@ runs it first.
 Nothing recorded is lost to a bad line: a line that is not a row (cut short by a killed
 writer, edited by hand) is moved, under the lock, to `history.rejected.jsonl` beside it, said
 in one line naming the file and line, and the rest is read.
+
+Read fast, night after night: parsing and validating a year of 200 cases (73,000 lines, 47 MiB)
+takes seconds, and a nightly adds one night. So a reader leaves the rows it read in
+`history.rows.cache` beside the file (marshal: plain tuples, this Python's format), with the
+length of the file they came from and its SHA-1. The next reader takes those rows when the
+file still begins with exactly those bytes, and parses only the lines after them. Anything
+else (another Python, a file rewritten or shortened, a cache cut short) is a miss: the whole
+file is read, as without a cache. The cache is derived, never the record: deleting it loses
+nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import marshal
 import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -30,13 +42,17 @@ from filelock import FileLock
 
 from harness.report.reading import read_session
 from harness.results.session import HEADER_NAME, read_header
-from harness.contracts.records import RESULTS_NAME, scan_jsonl, write_atomic
+from harness.contracts.records import RESULTS_NAME, scan_jsonl, scan_jsonl_text, write_atomic
 
-from .rows import HistoryRow, session_rows
+from .rows import FIELD_ORDER, HistoryRow, session_rows
 
 FOLDER = "history"
 FILE = "history.jsonl"
 REJECTED = "history.rejected.jsonl"
+CACHE = "history.rows.cache"
+# What a cache must say it is to be read: its own format, this Python's marshal, the rows'.
+_CACHE_FORMAT = ("harness.history-cache/1", tuple(sys.version_info[:2]), marshal.version,
+                 FIELD_ORDER)
 
 
 def history_path(output: str | os.PathLike) -> Path:
@@ -48,19 +64,20 @@ _NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 def when(row: HistoryRow) -> datetime:
     """The row's date as an aware time (no zone given: UTC; an unreadable date sorts first)."""
-    return _moment(row.date)
+    return moment(row.date)
 
 
 @lru_cache(maxsize=4096)  # one date per session: a year of 200 cases parses 365, not 73,000
-def _moment(date: str) -> datetime:
+def moment(date: str) -> datetime:
+    """A row's date string as an aware time (see `when`)."""
     try:
-        moment = datetime.fromisoformat(date)
+        parsed = datetime.fromisoformat(date)
     except ValueError:
         try:
-            moment = datetime.strptime(date, "%Y-%m-%dT%H:%M:%S%z")
+            parsed = datetime.strptime(date, "%Y-%m-%dT%H:%M:%S%z")
         except ValueError:
             return _NEVER
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
 
 
 @dataclass
@@ -78,21 +95,70 @@ def _lock(path: Path) -> FileLock:
     return FileLock(str(path) + ".lock")
 
 
-def _read_unlocked(path: Path) -> tuple[list[HistoryRow], list[tuple[int, str, str]]]:
-    """(rows in file order, bad lines as (number, text, problem))."""
-    rows, bad = [], []
+def _order(row: HistoryRow) -> tuple:
+    return when(row), row.session, row.name
+
+
+def _cached(path: Path, data: bytes) -> tuple[list[HistoryRow], int, int]:
+    """(rows, bytes, lines) of the file's beginning that its cache holds, the rows oldest
+    first and each key once; none on any miss."""
     try:
-        lines = scan_jsonl(path)
+        cached = marshal.loads(path.with_name(CACHE).read_bytes())
+        form, length, digest, lines, values = cached
+        if form != _CACHE_FORMAT or length > len(data) or \
+                hashlib.sha1(data[:length]).hexdigest() != digest:
+            return [], 0, 0
+        return [HistoryRow.trusted(v) for v in values], length, lines
+    except (OSError, EOFError, ValueError, TypeError):  # none yet, cut short, another format
+        return [], 0, 0
+
+
+def _write_cache(path: Path, data: bytes, rows: list[HistoryRow]) -> None:
+    """The history's rows (oldest first, each key once) for the next reader; none for a file
+    ending in a cut line."""
+    if not data.endswith(b"\n"):
+        return
+    try:
+        write_atomic(path.with_name(CACHE), marshal.dumps(
+            (_CACHE_FORMAT, len(data), hashlib.sha1(data).hexdigest(), data.count(b"\n"),
+             [r.values() for r in rows])))
+    except OSError:  # a read-only history is read, just not faster next time
+        pass
+
+
+def _read_unlocked(path: Path) -> tuple[list[HistoryRow], list[tuple[int, str, str]]]:
+    """(rows oldest first, each key once (its first line); bad lines as (number, text,
+    problem)): the cache's rows, then the lines after them."""
+    try:
+        data = path.read_bytes()
     except FileNotFoundError:
         return [], []
-    for line in lines:
+    rows, start, lines_before = _cached(path, data)
+    bad, new = [], []
+    tail = data[start:]
+    for line in scan_jsonl_text(tail.decode("utf-8", errors="replace"), lines_before + 1):
         if line.problem:
             bad.append((line.number, line.text, line.problem))
             continue
         try:
-            rows.append(HistoryRow.from_json(line.value, f"{path}:{line.number}"))
+            new.append(HistoryRow.from_json(line.value, f"{path}:{line.number}"))
         except ValueError as error:
             bad.append((line.number, line.text, str(error).split(": ", 1)[-1]))
+    if new:
+        seen = {r.key for r in rows}
+        fresh = []
+        for row in new:
+            if row.key not in seen:
+                seen.add(row.key)
+                fresh.append(row)
+        fresh.sort(key=_order)
+        # a nightly's rows are the newest: appended; an older night imported: sorted in
+        in_order = not rows or not fresh or _order(rows[-1]) <= _order(fresh[0])
+        rows += fresh
+        if not in_order:
+            rows.sort(key=_order)
+        if not bad:  # the next reader starts after these lines
+            _write_cache(path, data, rows)
     return rows, bad
 
 
@@ -138,12 +204,7 @@ def read_history(path: str | os.PathLike) -> History:
     rejected = path.with_name(REJECTED)
     for number, _text, problem in bad:
         history.notes.append(f"{path}:{number}: {problem}; kept aside in {rejected}")
-    seen: set[tuple] = set()
-    for row in rows:
-        if row.key not in seen:
-            seen.add(row.key)
-            history.rows.append(row)
-    history.rows.sort(key=lambda r: (when(r), r.session, r.name))
+    history.rows = rows
     return history
 
 

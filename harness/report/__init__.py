@@ -25,7 +25,17 @@ Writing (markdown, figures, files):
     artifacts.py               `python -m harness.report.artifacts`: failing cases' folders
 """
 
-from .document import Report, build
 from .reading import NoResults, Session, latest_results, read_session, resolve
 
 __all__ = ["NoResults", "Report", "Session", "build", "latest_results", "read_session", "resolve"]
+
+
+def __getattr__(name: str):
+    """`Report` and `build`, the writing side (document -> plots -> matplotlib.pyplot: 0.6 s of
+    imports), loaded when first asked for: the history's CLI and the plugin read sessions
+    without drawing them (PEP 562)."""
+    if name in ("Report", "build"):
+        from . import document
+
+        return getattr(document, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,13 +28,9 @@ from harness.compare.locate import Locator, canonical_name, layer_of  # noqa: E4
 
 from .case_view import CaseView  # noqa: E402
 from .steps import reference_steps, run_steps  # noqa: E402
-from .values import g, number, section  # noqa: E402
+from .values import g, number, section, slug  # noqa: E402
 
 _TINY = 1e-12  # a log axis cannot show an exact 0 difference
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
 def _series(values) -> list[float | None]:

@@ -5,9 +5,15 @@ tolerant and every formatter has a text for "not recorded"."""
 from __future__ import annotations
 
 import math
+import re
 
 # The cell formats the diff renderer shares with every section.
 from harness.compare.render import NA, g, md_escape, number, tolerance_text  # noqa: F401
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a case or model name (the figures' names)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
 def section(record: dict, key: str) -> dict:

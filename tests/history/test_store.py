@@ -8,7 +8,7 @@ import json
 import pytest
 
 from harness.history.rows import HistoryRow
-from harness.history.store import (REJECTED, append_rows, append_session, history_path,
+from harness.history.store import (CACHE, REJECTED, append_rows, append_session, history_path,
                                    read_history, sync)
 
 from .nights import record, row, write_session
@@ -141,3 +141,74 @@ def test_sessions_of_another_config_are_kept_apart(tmp_path):
     sync(tmp_path)
     history = read_history(history_path(tmp_path))
     assert history.configs() == ["configs/a.json", "other/b.json"]
+
+
+def _cold(path):
+    """The history as read with no cache (what every cached read must equal)."""
+    cache = path.with_name(CACHE)
+    kept = cache.read_bytes() if cache.exists() else None
+    cache.unlink(missing_ok=True)
+    try:
+        return read_history(path).rows
+    finally:
+        if kept is not None:
+            cache.write_bytes(kept)
+
+
+def test_a_second_read_takes_the_cached_rows_and_parses_only_the_new_lines(tmp_path, monkeypatch):
+    path = history_path(tmp_path)
+    append_rows(path, [row(i, name=f"basic/gpt2/c{c}") for i in range(4) for c in range(3)])
+    first = read_history(path).rows
+    assert path.with_name(CACHE).is_file()
+    append_rows(path, [row(4, name="basic/gpt2/c0"), row(4, name="basic/gpt2/c1")])
+    parsed = []
+    real = HistoryRow.from_json.__func__
+    monkeypatch.setattr(HistoryRow, "from_json", classmethod(
+        lambda cls, data, where: parsed.append(where) or real(cls, data, where)))
+    second = read_history(path).rows
+    assert [w.rsplit(":", 1)[1] for w in parsed] == ["13", "14"]  # the two new lines only
+    assert second == first + [row(4, name="basic/gpt2/c0"), row(4, name="basic/gpt2/c1")]
+    monkeypatch.undo()
+    assert second == _cold(path)
+
+
+def test_an_older_night_and_a_repeated_key_after_the_cache_keep_the_order_and_one_row(tmp_path):
+    path = history_path(tmp_path)
+    append_rows(path, [row(i) for i in (1, 2, 3)])
+    read_history(path)  # the cache holds nights 1-3
+    with open(path, "a") as stream:  # night 0 imported late, and night 2 written again
+        stream.write(json.dumps(row(0).to_json()) + "\n")
+        stream.write(json.dumps(row(2, status="failed").to_json()) + "\n")
+    rows = read_history(path).rows
+    assert rows == [row(0), row(1), row(2), row(3)]  # the first line of night 2 kept
+    assert rows == _cold(path)
+
+
+def test_a_rewritten_history_or_a_broken_cache_is_read_whole(tmp_path):
+    path = history_path(tmp_path)
+    append_rows(path, [row(i) for i in range(3)])
+    read_history(path)
+    # the same length, one value changed inside what the cache holds: its digest misses
+    text = path.read_text()
+    path.write_text(text.replace('"passed"', '"failed"', 1))
+    assert read_history(path).rows[0].status == "failed"
+    for junk in (b"", b"\x00garbage", path.with_name(CACHE).read_bytes()[:100]):
+        path.with_name(CACHE).write_bytes(junk)
+        assert read_history(path).rows == _cold(path)
+    # shortened below what the cache covers
+    read_history(path)
+    path.write_text("".join(text.splitlines(keepends=True)[:1]))
+    assert [r.date for r in read_history(path).rows] == [row(0).date]
+
+
+def test_a_bad_line_after_the_cache_is_kept_aside_and_the_cache_still_serves(tmp_path):
+    path = history_path(tmp_path)
+    append_rows(path, [row(i) for i in range(2)])
+    read_history(path)
+    with open(path, "a") as stream:
+        stream.write('{"session": "cut\n')
+    history = read_history(path)
+    assert history.rows == [row(0), row(1)]
+    assert any(":3: " in note and REJECTED in note for note in history.notes)
+    append_rows(path, [row(2)])
+    assert read_history(path).rows == [row(0), row(1), row(2)] == _cold(path)
