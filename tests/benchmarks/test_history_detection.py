@@ -77,3 +77,18 @@ def test_measured_noise_is_resampled_as_it_was_measured(tmp_path):
     assert set(np.round(drawn)) == {714.0, 1000.0}  # 1000 x exp(each deviation)
     with pytest.raises(SystemExit, match="no case with two passed nights"):
         bench.measured_pool(tmp_path / "empty")
+
+
+def test_the_render_is_timed_cold_nightly_and_again_and_the_nightly_renders_every_night(tmp_path):
+    bench.synthetic_history(tmp_path, nights=3, cases=4)
+    whole = history_path(tmp_path).read_bytes()
+    table = bench.render_table(tmp_path, cases=4, repeats=1)
+    assert [(r[0], r[1]) for r in table] == [
+        (s, p) for s in ("first read (no cache)", "the nightly (one night appended)",
+                         "again (nothing new)") for p in ("with plots", "--no-plots")]
+    assert all(float(r[2]) > 0 for r in table)
+    assert [r[5] for r in table[::2]] == [4, 4, 4]  # a figure per tag x model drawn
+    # each situation rendered all 3 nights: the appended night was read after the cache
+    assert all(r[6].startswith("history: ") and "(3 sessions, 4 cases" in r[6] for r in table)
+    assert history_path(tmp_path).read_bytes() == whole
+    assert history_path(tmp_path).with_name(bench.CACHE).is_file()
