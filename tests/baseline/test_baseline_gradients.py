@@ -76,6 +76,7 @@ def test_the_same_gradients_in_both_namings_pass_every_parameter(tmp_path):
     # every baseline parameter, and the tied head under its own name: 6 compared
     assert sorted(d.name for d in diff.diffs) == sorted([*grads, "lm_head.weight"])
     assert diff.ok and diff.max_abs_diff == 0.0
+    assert not (tmp_path / "case" / "baseline-gradients").exists()  # the links and copies go
 
 
 def test_a_kernel_bug_in_one_parameter_fails_naming_it_under_the_bundled_name(tmp_path):
