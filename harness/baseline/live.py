@@ -169,8 +169,8 @@ class LiveBaseline:
         if gradients is not None:
             try:
                 diff = compare_with_baseline(model, gradients, entry.gradients_dir)
-            except BaselineUnmatched as problem:
-                return BaselineCheck(source, "error", reason=str(problem), run=run)
+            except BaselineUnmatched as unmatched:  # the losses are still judged; said why
+                gradients_reason = str(unmatched)
         return judged(source, run_steps, [int(s["step"]) for s in steps],
                       [float(s["loss"]) for s in steps], flags["dtype"], first_step, run,
                       gradients=diff, gradients_reason=gradients_reason)

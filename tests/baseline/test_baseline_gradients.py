@@ -168,3 +168,85 @@ def test_a_second_comparison_in_the_same_case_folder_starts_clean(tmp_path):
     assert _compare(tmp_path).ok
     (tmp_path / "run" / "transformer.ln_f.bias.npy").unlink()
     assert _compare(tmp_path).missing == ["ln_f.bias"]  # no stale link kept it
+
+
+# --- the live baseline's own path (harness.baseline.live.LiveBaseline), its run faked ---------
+
+class _Subject:
+    def baseline_flags(self, model, args):
+        return {"dtype": "float32", "num_iteration": 2, "optimizer": "sgd"}
+
+
+def _live(tmp_path, dumps=True):
+    """A LiveBaseline whose run writes two steps and, when asked, the baseline's gradients
+    (_baseline's); the calls it got."""
+    from types import SimpleNamespace
+
+    from harness.baseline.live import LiveBaseline
+
+    calls = []
+
+    def run(backend, name, model, flags, checkpoint, input_bin, folder, gradients):
+        calls.append(gradients)
+        if gradients and dumps:
+            _baseline(folder / "gradients")
+        result = SimpleNamespace(argv=["python", "-m", "harness.trainer"], duration_s=0.1,
+                                 returncode=0, stderr="log")
+        outputs = SimpleNamespace(steps=[{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.9}],
+                                  problem=None)
+        return SimpleNamespace(launched=SimpleNamespace(result=result), outputs=outputs,
+                               failed=False)
+
+    settings = SimpleNamespace(reference_root=tmp_path / "refs", device="cpu")
+    return LiveBaseline(settings, run), calls
+
+
+def _files(tmp_path):
+    (tmp_path / "model.bin").write_bytes(b"m")
+    (tmp_path / "tokens.bin").write_bytes(b"t")
+    return tmp_path / "model.bin", tmp_path / "tokens.bin"
+
+
+RUN_STEPS = [{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.9}]
+
+
+def test_the_live_baseline_dumps_compares_and_caches_its_gradients(tmp_path):
+    model, tokens = _files(tmp_path)
+    grads = _baseline(tmp_path / "expected")
+    _subject(tmp_path / "run", {**grads, "ln_f.bias": grads["ln_f.bias"] * (1 + 1e-3)})
+    live, calls = _live(tmp_path)
+    request = GradientRequest(tmp_path / "run", tmp_path / "case" / "bg", Tolerance(1e-5), 1e-5)
+    checks = [live.check(_Subject(), "gpt2", "basic/gpt2/1", {}, RUN_STEPS, model, tokens, 1,
+                         request) for _ in range(2)]
+    assert calls == [True]  # built once, with its gradients; the second check reuses it
+    for check in checks:
+        assert check.verdict.ok and check.status == "failed"
+        assert check.gradients.relative_failures[0].name == "ln_f.bias"
+    # a case without gradients has its own entry: the dumping one is not taken for it
+    plain = live.check(_Subject(), "gpt2", "basic/gpt2/1", {}, RUN_STEPS, model, tokens, 1,
+                       None, "not dumped by this trainer")
+    assert calls == [True, False]
+    assert plain.status == "passed" and plain.gradients is None
+    assert plain.record()["gradients_reason"] == "not dumped by this trainer"
+
+
+def test_a_program_with_no_dump_naming_is_judged_on_losses_and_says_why(tmp_path):
+    model, tokens = _files(tmp_path)
+    _subject(tmp_path / "run", _baseline(tmp_path / "expected"))
+    live, _ = _live(tmp_path)
+    request = GradientRequest(tmp_path / "run", tmp_path / "case" / "bg", Tolerance(1e-5), 1e-5)
+    check = live.check(_Subject(), "llama3", "basic/llama3/1", {}, RUN_STEPS, model, tokens, 1,
+                       request)
+    assert check.status == "passed" and check.gradients is None
+    assert "no gradient dump naming recorded for InfiniTrain's 'llama3'" in \
+        check.gradients_reason
+
+
+def test_a_baseline_run_that_dumps_no_gradients_when_asked_is_an_error(tmp_path):
+    model, tokens = _files(tmp_path)
+    _subject(tmp_path / "run", _baseline(tmp_path / "expected"))
+    live, _ = _live(tmp_path, dumps=False)
+    request = GradientRequest(tmp_path / "run", tmp_path / "case" / "bg", Tolerance(1e-5), 1e-5)
+    check = live.check(_Subject(), "gpt2", "basic/gpt2/1", {}, RUN_STEPS, model, tokens, 1,
+                       request)
+    assert check.status == "error" and "it dumped no gradients" in check.reason
