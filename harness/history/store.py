@@ -19,9 +19,11 @@ Read fast, night after night: parsing and validating a year of 200 cases (73,000
 takes seconds, and a nightly adds one night. So a reader leaves the rows it read in
 `history.rows.cache` beside the file (marshal: plain tuples, this Python's format), with the
 length of the file they came from and its SHA-1. The next reader takes those rows when the
-file still begins with exactly those bytes, and parses only the lines after them. Anything
-else (another Python, a file rewritten or shortened, a cache cut short) is a miss: the whole
-file is read, as without a cache. The cache is derived, never the record: deleting it loses
+file still begins with exactly those bytes, and parses only the lines after them; the rows it
+adds go on the end of the cache as one more segment (a nightly writes one night, not the
+year), and every MAX_SEGMENTS the cache is written whole again. Anything else (another
+Python, a file rewritten or shortened) is a miss: the whole file is read, as without a cache;
+a segment cut short is left off. The cache is derived, never the record: deleting it loses
 nothing.
 """
 
@@ -50,6 +52,7 @@ FOLDER = "history"
 FILE = "history.jsonl"
 REJECTED = "history.rejected.jsonl"
 CACHE = "history.rows.cache"
+MAX_SEGMENTS = 64  # a cache of more is written whole again (one segment), not added to
 # What a cache must say it is to be read: its own format, this Python's marshal, the rows'.
 _CACHE_FORMAT = ("harness.history-cache/1", tuple(sys.version_info[:2]), marshal.version,
                  FIELD_ORDER)
@@ -99,29 +102,64 @@ def _order(row: HistoryRow) -> tuple:
     return when(row), row.session, row.name
 
 
-def _cached(path: Path, data: bytes) -> tuple[list[HistoryRow], int, int]:
-    """(rows, bytes, lines) of the file's beginning that its cache holds, the rows oldest
-    first and each key once; none on any miss."""
+def _segments(raw: bytes) -> tuple[list[tuple], bool]:
+    """The cache's segments (each 8 bytes of length, then its marshal), and whether the file
+    is exactly them (a segment cut short by a killed reader, or junk, is not)."""
+    segments, at = [], 0
+    while at + 8 <= len(raw):
+        size = int.from_bytes(raw[at:at + 8], "little")
+        body = raw[at + 8:at + 8 + size]
+        if len(body) < size:
+            return segments, False
+        try:
+            segment = marshal.loads(body)
+        except (EOFError, ValueError, TypeError):
+            return segments, False
+        if not (isinstance(segment, tuple) and len(segment) == 5
+                and segment[0] == _CACHE_FORMAT):
+            return segments, False
+        segments.append(segment)
+        at += 8 + size
+    return segments, at == len(raw)
+
+
+def _cached(path: Path, data: bytes) -> tuple[list[HistoryRow], int, int, int]:
+    """(rows, bytes, lines, segments to add to) of the file's beginning that its cache holds,
+    the rows oldest first and each key once; none on any miss. The cache is a run of segments,
+    each the rows one reader added, with the length and digest of the file they bring it to:
+    the last segment is checked against the file. A cache with a broken end still serves
+    what reads whole before it, and is then written whole again (0 segments to add to)."""
     try:
-        cached = marshal.loads(path.with_name(CACHE).read_bytes())
-        form, length, digest, lines, values = cached
-        if form != _CACHE_FORMAT or length > len(data) or \
-                hashlib.sha1(data[:length]).hexdigest() != digest:
-            return [], 0, 0
-        return [HistoryRow.trusted(v) for v in values], length, lines
-    except (OSError, EOFError, ValueError, TypeError):  # none yet, cut short, another format
-        return [], 0, 0
+        segments, whole = _segments(path.with_name(CACHE).read_bytes())
+    except OSError:  # none yet
+        return [], 0, 0, 0
+    if not segments:
+        return [], 0, 0, 0
+    _, length, digest, lines, _ = segments[-1]
+    if length > len(data) or hashlib.sha1(data[:length]).hexdigest() != digest:
+        return [], 0, 0, 0
+    return ([HistoryRow.trusted(v) for segment in segments for v in segment[4]], length,
+            lines, len(segments) if whole else 0)
 
 
-def _write_cache(path: Path, data: bytes, rows: list[HistoryRow]) -> None:
-    """The history's rows (oldest first, each key once) for the next reader; none for a file
-    ending in a cut line."""
+def _write_cache(path: Path, data: bytes, rows: list[HistoryRow], added: int,
+                 segments: int) -> None:
+    """For the next reader: the `added` newest rows as one more segment of the cache, or, when
+    there is no cache to add to (or it has MAX_SEGMENTS), every row as its first. None for a
+    file ending in a cut line."""
     if not data.endswith(b"\n"):
         return
+    whole = not segments or segments >= MAX_SEGMENTS
+    body = marshal.dumps((_CACHE_FORMAT, len(data), hashlib.sha1(data).hexdigest(),
+                          data.count(b"\n"),
+                          [r.values() for r in (rows if whole else rows[len(rows) - added:])]))
+    segment = len(body).to_bytes(8, "little") + body
     try:
-        write_atomic(path.with_name(CACHE), marshal.dumps(
-            (_CACHE_FORMAT, len(data), hashlib.sha1(data).hexdigest(), data.count(b"\n"),
-             [r.values() for r in rows])))
+        if whole:
+            write_atomic(path.with_name(CACHE), segment)
+        else:  # under the history's lock: one appender at a time
+            with open(path.with_name(CACHE), "ab") as stream:
+                stream.write(segment)
     except OSError:  # a read-only history is read, just not faster next time
         pass
 
@@ -133,7 +171,7 @@ def _read_unlocked(path: Path) -> tuple[list[HistoryRow], list[tuple[int, str, s
         data = path.read_bytes()
     except FileNotFoundError:
         return [], []
-    rows, start, lines_before = _cached(path, data)
+    rows, start, lines_before, segments = _cached(path, data)
     bad, new = [], []
     tail = data[start:]
     for line in scan_jsonl_text(tail.decode("utf-8", errors="replace"), lines_before + 1):
@@ -144,21 +182,21 @@ def _read_unlocked(path: Path) -> tuple[list[HistoryRow], list[tuple[int, str, s
             new.append(HistoryRow.from_json(line.value, f"{path}:{line.number}"))
         except ValueError as error:
             bad.append((line.number, line.text, str(error).split(": ", 1)[-1]))
-    if new:
-        seen = {r.key for r in rows}
-        fresh = []
-        for row in new:
-            if row.key not in seen:
-                seen.add(row.key)
-                fresh.append(row)
-        fresh.sort(key=_order)
-        # a nightly's rows are the newest: appended; an older night imported: sorted in
-        in_order = not rows or not fresh or _order(rows[-1]) <= _order(fresh[0])
-        rows += fresh
-        if not in_order:
-            rows.sort(key=_order)
-        if not bad:  # the next reader starts after these lines
-            _write_cache(path, data, rows)
+    seen = {r.key for r in rows} if new else set()
+    fresh = []
+    for row in new:
+        if row.key not in seen:
+            seen.add(row.key)
+            fresh.append(row)
+    fresh.sort(key=_order)
+    # a nightly's rows are the newest: appended (and so a segment of the cache); an older
+    # night imported: sorted in, and the cache written whole
+    in_order = not rows or not fresh or _order(rows[-1]) <= _order(fresh[0])
+    rows += fresh
+    if not in_order:
+        rows.sort(key=_order)
+    if tail.strip() and not bad:  # the next reader starts after these lines
+        _write_cache(path, data, rows, len(fresh), segments if in_order else 0)
     return rows, bad
 
 

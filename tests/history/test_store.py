@@ -212,3 +212,37 @@ def test_a_bad_line_after_the_cache_is_kept_aside_and_the_cache_still_serves(tmp
     assert any(":3: " in note and REJECTED in note for note in history.notes)
     append_rows(path, [row(2)])
     assert read_history(path).rows == [row(0), row(1), row(2)] == _cold(path)
+
+
+def _segment_count(path):
+    from harness.history.store import _segments
+
+    segments, whole = _segments(path.with_name(CACHE).read_bytes())
+    return len(segments), whole
+
+
+def test_each_nightly_adds_one_segment_to_the_cache_and_a_broken_end_rewrites_it(
+        tmp_path, monkeypatch):
+    import harness.history.store as store
+
+    path = history_path(tmp_path)
+    append_rows(path, [row(0), row(1)])
+    read_history(path)
+    for night in (2, 3):
+        append_rows(path, [row(night)])
+        assert read_history(path).rows == _cold(path)
+    assert _segment_count(path) == (3, True)  # the first read's rows, then one night each
+    # a reader killed while adding its segment: what reads whole still serves, and the next
+    # write starts the cache over (nothing is added behind the broken bytes)
+    with open(path.with_name(CACHE), "ab") as stream:
+        stream.write((1000).to_bytes(8, "little") + b"cut")
+    append_rows(path, [row(4)])
+    assert read_history(path).rows == [row(i) for i in range(5)] == _cold(path)
+    assert _segment_count(path) == (1, True)
+    # past MAX_SEGMENTS the cache is written whole again
+    monkeypatch.setattr(store, "MAX_SEGMENTS", 2)
+    for night in (5, 6):
+        append_rows(path, [row(night)])
+        read_history(path)
+    assert _segment_count(path) == (1, True)
+    assert read_history(path).rows == [row(i) for i in range(7)] == _cold(path)
