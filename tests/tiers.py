@@ -174,6 +174,7 @@ MODULES: dict[str, str] = {
 # "file::test" (a test function, parameters left out) -> its tier, where it differs from its
 # file's.
 TESTS: dict[str, str] = {
+    "tests/benchmarks/test_history_detection.py::test_the_render_is_timed_cold_nightly_and_again_and_the_nightly_renders_every_night": SUBPROCESS,
     "tests/runner/test_updates_verdict.py::test_a_reference_that_dumps_no_updates_is_an_error_not_a_pass": TORCHRUN,
     "tests/benchmarks/test_gpu_check.py::test_cuda_refused_without_a_device": SUBPROCESS,
     "tests/benchmarks/test_gpu_check.py::test_summary_tables_are_markdown_tables": UNIT,

@@ -10,6 +10,7 @@ deleted history.jsonl is rebuilt), then each run folder given with --import, the
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -77,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         "history.md")
     found = all_findings(history.rows)
     recent = since(history.rows, found=found)
+    # The figures in parallel: this process has one thread, so forking is safe (plots.draw_all)
     text, images = document(history, markdown.parent, with_plots=not args.no_plots,
-                            found=found, table_nights=args.nights)
+                            found=found, table_nights=args.nights,
+                            workers=len(os.sched_getaffinity(0)))
     markdown.parent.mkdir(parents=True, exist_ok=True)
     markdown.write_text(text)
     sessions = len({(r.session, r.date) for r in history.rows})

@@ -12,6 +12,8 @@ matplotlib date numbers computed once per date, and fixed margins instead of tig
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -70,6 +72,38 @@ def styles(n: int) -> list[tuple]:
     order = [*range(0, 20, 2), *range(1, 20, 2)]
     return [(cmap(order[i % 20]), _LINES[(i // 20) % len(_LINES)], _MARKERS[i % len(_MARKERS)])
             for i in range(n)]
+
+
+def drawable(cases: dict[str, list[HistoryRow]]) -> bool:
+    """Whether the group's figure has anything to draw (group_figure returns a path)."""
+    return any(points for rows in cases.values() for points in _points(rows).values())
+
+
+Job = tuple[str, dict, Path]  # group_figure's arguments: title, cases, path
+_JOBS: list[Job] = []  # the jobs of draw_all's forked workers (inherited, not pickled)
+
+
+def _draw(index: int) -> tuple[int, Path | None]:
+    return os.getpid(), group_figure(*_JOBS[index])
+
+
+def draw_all(jobs: list[Job], workers: int = 1) -> list[tuple[int, Path | None]]:
+    """Every figure, in order, as (the pid that drew it, its path or None): over `workers`
+    forked processes when more than one (the figures are independent, and a year's are most
+    of the render's time). The workers inherit the jobs (a year of rows is not pickled), and
+    the pool is ended on every way out, an error in a figure included (Pool's exit terminates
+    and joins them). Forked only from a process of one thread, the CLI: fork() in a
+    threaded process can deadlock."""
+    global _JOBS
+    workers = min(workers, len(jobs))
+    if workers < 2:
+        return [(os.getpid(), group_figure(*job)) for job in jobs]
+    _JOBS = jobs
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            return pool.map(_draw, range(len(jobs)), chunksize=1)
+    finally:
+        _JOBS = []
 
 
 def group_figure(title: str, cases: dict[str, list[HistoryRow]], path: Path) -> Path | None:

@@ -91,16 +91,18 @@ def since_section(rows: list[HistoryRow], days: float = 7.0, config: str | None 
 
 
 def document(history: History, folder: Path, with_plots: bool = True,
-             found: list[Finding] | None = None, table_nights: int = TABLE_NIGHTS
-             ) -> tuple[str, list[Path]]:
+             found: list[Finding] | None = None, table_nights: int = TABLE_NIGHTS,
+             workers: int = 1) -> tuple[str, list[Path]]:
     """history.md's text, and the plots written beside it in `folder`; `found`: the history's
     findings (all_findings(history.rows)) when the caller has them already; `table_nights`: the
-    newest nights each case's table shows (0: all; the plots always show every night)."""
+    newest nights each case's table shows (0: all; the plots always show every night);
+    `workers`: processes the plots are drawn in (plots.draw_all: more than one only from a
+    process of one thread, the CLI)."""
     found = all_findings(history.rows) if found is None else found
     if with_plots:  # matplotlib is imported only when something is drawn
-        from .plots import group_figure
+        from .plots import draw_all, drawable
     rows = history.rows
-    images: list[Path] = []
+    jobs = []
     nights = {(r.session, r.date) for r in rows}
     lines = ["# Harness history", ""]
     if not rows:
@@ -137,9 +139,9 @@ def document(history: History, folder: Path, with_plots: bool = True,
             if with_plots:
                 stem = slug(f"history-{config}-{tag}-{model}" if len(configs) > 1
                             else f"history-{tag}-{model}")
-                png = group_figure(f"{tag} / {model}", cases, folder / f"{stem}.png")
-                if png is not None:
-                    images.append(png)
+                if drawable(cases):  # drawn below, all at once
+                    png = folder / f"{stem}.png"
+                    jobs.append((f"{tag} / {model}", cases, png))
                     lines += [f"![{tag} / {model}: tokens/s, peak memory and margins over the "
                               f"nights]({png.name})", ""]
             for name, series in sorted(cases.items()):
@@ -154,6 +156,7 @@ def document(history: History, folder: Path, with_plots: bool = True,
                     lines += [f"{len(series) - len(shown)} older nights not shown (every "
                               "night: `python -m harness.history DIR --csv FILE`, or "
                               "`--nights 0`).", ""]
+    images = [png for _, png in draw_all(jobs, workers) if png is not None] if jobs else []
     return "\n".join(lines).rstrip() + "\n", images
 
 

@@ -46,3 +46,56 @@ def test_concurrent_writers_lose_nothing_and_record_each_row_once(tmp_path):
     expected = {(f"night-{w * 1000 + i:03d}", name) for w in range(WRITERS)
                 for i in range(NIGHTS) for name in ("basic/gpt2/pp2", "basic/gpt2/single")}
     assert {(r.session, r.name) for r in history.rows} == expected
+
+
+# The figures drawn in forked workers (plots.draw_all), run in a fresh single-threaded
+# interpreter as the CLI is (fork() from this test's process, which may hold threads, is not
+# what the CLI does): every worker is ended and reaped when the figures are done and when a
+# figure fails, checked by its pid.
+_DRAW = r"""
+import json, multiprocessing, os, sys
+from pathlib import Path
+from harness.history.plots import draw_all
+from tests.history.nights import row
+
+out = Path(sys.argv[1])
+cases = {f"basic/gpt2/c{c}": [row(i, name=f"basic/gpt2/c{c}") for i in range(5)]
+         for c in range(3)}
+jobs = [(f"g{i}", cases, out / f"f{i}.png") for i in range(4)]
+done = draw_all(jobs, workers=2)
+pids = sorted({pid for pid, _ in done})
+alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+# a figure that cannot be written: its folder is a file
+failing = [jobs[0], ("bad", cases, out / "f1.png" / "x.png")]
+try:
+    draw_all(failing, workers=2)
+    raised = None
+except OSError as error:
+    raised = type(error).__name__
+try:
+    os.waitpid(-1, os.WNOHANG)
+    unreaped = True
+except ChildProcessError:  # no child at all: every worker was joined
+    unreaped = False
+print(json.dumps({"pids": pids, "me": os.getpid(), "alive": alive, "raised": raised,
+                  "children": len(multiprocessing.active_children()), "unreaped": unreaped,
+                  "drawn": [str(p) for _, p in done]}))
+"""
+
+
+def test_figures_drawn_in_parallel_end_every_worker_on_success_and_on_error(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _DRAW, str(tmp_path)], cwd=repo,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["drawn"] == [str(tmp_path / f"f{i}.png") for i in range(4)]
+    assert all((tmp_path / f"f{i}.png").stat().st_size > 0 for i in range(4))
+    assert said["me"] not in said["pids"] and 1 <= len(said["pids"]) <= 2  # by the workers
+    assert said["alive"] == []  # each worker's pid gone once the figures were drawn
+    assert said["raised"] in ("NotADirectoryError", "FileExistsError")
+    assert said["children"] == 0 and said["unreaped"] is False
