@@ -46,6 +46,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _cpus() -> int:
+    """The CPUs this process may run on (a CI job's share, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
@@ -81,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     # The figures in parallel: this process has one thread, so forking is safe (plots.draw_all)
     text, images = document(history, markdown.parent, with_plots=not args.no_plots,
                             found=found, table_nights=args.nights,
-                            workers=len(os.sched_getaffinity(0)))
+                            workers=_cpus())
     markdown.parent.mkdir(parents=True, exist_ok=True)
     markdown.write_text(text)
     sessions = len({(r.session, r.date) for r in history.rows})
