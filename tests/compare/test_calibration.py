@@ -356,3 +356,17 @@ def test_the_dtype_looked_up_is_the_one_given_float32_when_none(tmp_path):
     f32 = calibration().write(tmp_path)
     assert load_calibration(tmp_path, "fake-1", "cuda", "bfloat16", host="gpu-7").file == bf16
     assert load_calibration(tmp_path, "fake-1", "cuda", None, host="gpu-7").file == f32
+
+
+def test_a_file_that_fits_nothing_of_this_session_names_every_difference(tmp_path):
+    source = calibration(trainer="other", trainer_version="fake-0", device="cpu").write(tmp_path)
+    path = calibration_path(tmp_path, "fake-1", "cuda", "float32")
+    source.rename(path)
+    lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", trainer="command",
+                              host="gpu-8")
+    assert lookup.calibration is None and lookup.file == path
+    assert lookup.problem == (
+        f"the calibration {path} was made for another environment (host 'gpu-7', this session "
+        f"'gpu-8'; trainer build 'fake-0', this session 'fake-1'; device 'cpu', this session "
+        f"'cuda'; trainer 'other', this session 'command'): not used, the default thresholds "
+        f"are")
