@@ -237,7 +237,7 @@ def load_calibration(root: str | Path, trainer_version: str, device: str, dtype:
         return CalibrationLookup(found, None, path)
     others = []
     folder = Path(root) / FOLDER
-    for other in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for other in sorted(folder.glob("*.json")):  # none when there is no folder
         try:
             cal = Calibration.read(other)
         except CalibrationError:

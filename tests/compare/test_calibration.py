@@ -370,3 +370,21 @@ def test_a_file_that_fits_nothing_of_this_session_names_every_difference(tmp_pat
         f"'gpu-8'; trainer build 'fake-0', this session 'fake-1'; device 'cpu', this session "
         f"'cuda'; trainer 'other', this session 'command'): not used, the default thresholds "
         f"are")
+
+
+def test_the_lookup_reads_past_files_that_are_not_this_sessions_concern(tmp_path):
+    folder = tmp_path / "calibration"
+    folder.mkdir()
+    (folder / "a.json").write_text("{not json")  # unreadable: its own lookup reports it
+    calibration(trainer="infinitrain", trainer_version="b-build").write(tmp_path)  # another trainer
+    calibration(device="cpu").write(tmp_path)  # this build and dtype on another device
+    other_build = calibration(trainer_version="fake-0").write(tmp_path)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "a.json", "b-build-cuda-float32.json", "fake-0-cuda-float32.json",
+        "fake-1-cpu-float32.json"]
+    lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", trainer="command",
+                              host="gpu-7")
+    assert lookup == CalibrationLookup(None, (
+        f"the calibration {other_build} is of trainer build 'fake-0', not this session's "
+        f"'fake-1' (run --harness-calibrate on this build): not used, the default thresholds "
+        f"are"), None)
