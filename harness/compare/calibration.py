@@ -254,8 +254,8 @@ def load_calibration(root: str | Path, trainer_version: str, device: str, dtype:
             others.append(f"the calibration {other} is for {cal.dtype}, not {dtype}")
     if others:
         return CalibrationLookup(None, "; ".join(others) + ": not used, the default "
-                                                           "thresholds are", None)
-    return CalibrationLookup(None, None, None)
+                                                           "thresholds are")
+    return CalibrationLookup(None)
 
 
 def _ceiling_text(calibration: Calibration, what: str, noise: float, ceiling: float) -> str:

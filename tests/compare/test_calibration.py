@@ -378,13 +378,17 @@ def test_the_lookup_reads_past_files_that_are_not_this_sessions_concern(tmp_path
     (folder / "a.json").write_text("{not json")  # unreadable: its own lookup reports it
     calibration(trainer="infinitrain", trainer_version="b-build").write(tmp_path)  # another trainer
     calibration(device="cpu").write(tmp_path)  # this build and dtype on another device
+    calibration(trainer_version="fake-0", device="cpu").write(tmp_path)  # another build there
+    calibration(trainer_version="fake-0", device="cpu", dtype="bfloat16").write(tmp_path)
     other_build = calibration(trainer_version="fake-0").write(tmp_path)
+    other_dtype = calibration(dtype="bfloat16").write(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == [
-        "a.json", "b-build-cuda-float32.json", "fake-0-cuda-float32.json",
-        "fake-1-cpu-float32.json"]
+        "a.json", "b-build-cuda-float32.json", "fake-0-cpu-bfloat16.json",
+        "fake-0-cpu-float32.json", "fake-0-cuda-float32.json", "fake-1-cpu-float32.json",
+        "fake-1-cuda-bfloat16.json"]
     lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", trainer="command",
                               host="gpu-7")
     assert lookup == CalibrationLookup(None, (
         f"the calibration {other_build} is of trainer build 'fake-0', not this session's "
-        f"'fake-1' (run --harness-calibrate on this build): not used, the default thresholds "
-        f"are"), None)
+        f"'fake-1' (run --harness-calibrate on this build); the calibration {other_dtype} is "
+        f"for bfloat16, not float32: not used, the default thresholds are"), None)
