@@ -118,6 +118,26 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
         ("cut shortXX", "unreachable, as above"),
         ("CUT SHORT", "unreachable, as above"),
     )),
+    # TP shards: match_shard calls _group_sizes only with tp >= 2 and a total of n * tp rows
+    ("harness.compare.tp_shards.x__group_sizes__mutmut_*", "all(g > 1 and g % tp == 0",
+     "a group of 1 splits into tp equal parts only at tp 1, and at tp 1 a file of another "
+     "shape is never n * tp rows of the reference: match_shard asks for no groups"),
+    ("harness.compare.tp_shards.x__group_sizes__mutmut_*", "(total / 3) % tp == 0",
+     "total % 3 == 0 is tested first, so total / 3 is a whole number with the same remainder "
+     "by tp as total // 3"),
+    *(("harness.compare.tp_shards.x__relative__mutmut_*", f"np.asarray(compared, {arg}).ravel()",
+       "the reference is converted to float64, so got - ref is float64 whatever the file's "
+       "float type (the conversion is exact)") for arg in ("None", "")),
+    ("harness.compare.tp_shards.x_fused_qkv_groups__mutmut_*", "(rows + width) % 2",
+     "rows + width and rows - width differ by 2 x width: the same parity"),
+    ("harness.compare.tp_shards.x_match_shard__mutmut_*", "elif n * tp >= total > n * tp - n",
+     "n * tp == total is the branch above, so the elif never sees it"),
+    *(("harness.compare.tp_shards.x_match_shard__mutmut_*", text,
+       "only the grouped candidates take add's default start and stop, and nothing reads a "
+       "grouped match's start or stop: describe names a grouped part by its rank")
+      for text in ("compared, start=1, stop=0,", "compared, start=0, stop=1,")),
+    ("harness.compare.tp_shards.x_match_shard__mutmut_*", "_take(dumped, dim, None, keep)",
+     "slice(None, keep) is slice(0, keep)"),
     *(("harness.compare.render.x_*_lines__mutmut_*", f"_some(diff.{items}, None)",
        "_some writes markdown only for MARKDOWN; any other value, None included, is text")
       for items in ("nonfinite", "missing", "extra")),

@@ -48,6 +48,7 @@ MODULES: dict[str, str] = {
     "tests/cases/test_validate.py": UNIT,
     "tests/compare/test_baseline_judge.py": UNIT,
     "tests/compare/test_calibration.py": UNIT,
+    "tests/compare/test_case_verdict.py": UNIT,
     "tests/compare/test_diff.py": UNIT,
     "tests/compare/test_disk.py": UNIT,
     "tests/compare/test_fastdiff.py": UNIT,

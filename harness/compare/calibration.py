@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import socket
 from dataclasses import dataclass, field, fields
@@ -188,10 +189,11 @@ class Calibration:
         return cls.from_json(data, path)
 
     def write(self, root: str | Path) -> Path:
-        """Write it to its place under `root` (write, then rename: a reader never sees half)."""
+        """Write it to its place under `root` (write, then rename: a reader never sees half;
+        the partial file is named by host and process, so two writers never share one)."""
         path = calibration_path(root, self.trainer_version, self.device, self.dtype)
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{socket.gethostname()}-{id(self)}.tmp")
+        partial = path.with_name(f".{path.name}.{socket.gethostname()}-{os.getpid()}.tmp")
         partial.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         partial.replace(path)
         return path
@@ -235,7 +237,7 @@ def load_calibration(root: str | Path, trainer_version: str, device: str, dtype:
         return CalibrationLookup(found, None, path)
     others = []
     folder = Path(root) / FOLDER
-    for other in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for other in sorted(folder.glob("*.json")):  # none when there is no folder
         try:
             cal = Calibration.read(other)
         except CalibrationError:
@@ -252,8 +254,8 @@ def load_calibration(root: str | Path, trainer_version: str, device: str, dtype:
             others.append(f"the calibration {other} is for {cal.dtype}, not {dtype}")
     if others:
         return CalibrationLookup(None, "; ".join(others) + ": not used, the default "
-                                                           "thresholds are", None)
-    return CalibrationLookup(None, None, None)
+                                                           "thresholds are")
+    return CalibrationLookup(None)
 
 
 def _ceiling_text(calibration: Calibration, what: str, noise: float, ceiling: float) -> str:
@@ -264,7 +266,7 @@ def _ceiling_text(calibration: Calibration, what: str, noise: float, ceiling: fl
     else:
         where = ""
     file = calibration.path or "(unsaved)"
-    caught = CAUGHT.get((calibration.dtype, what), "the bug it is there for")
+    caught = CAUGHT[(calibration.dtype, what)]  # every dtype a Calibration accepts
     noun = "gradient" if what == "gradients" else "loss"
     return (f"the calibration {file} measured {noun} noise {noise:.3g}{where}: x the margin "
             f"{MARGIN:g} that is {noise * MARGIN:.3g}, above the ceiling {ceiling:.3g} of "

@@ -87,7 +87,7 @@ def _group_sizes(total: int, tp: int, groups: tuple[int, ...] | None) -> tuple[i
         groups = tuple(int(g) for g in groups)
         fits = sum(groups) == total and all(g > 0 and g % tp == 0 for g in groups)
         return groups if fits else None
-    if total % 3 == 0 and total > 0 and (total // 3) % tp == 0:
+    if total % 3 == 0 and (total // 3) % tp == 0:  # total > 0: match_shard's n * tp, n >= 1
         return (total // 3,) * 3
     return None
 

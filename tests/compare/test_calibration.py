@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from harness.compare.calibration import (
+    CAUGHT,
     CEILING,
     FORMAT,
     MARGIN,
@@ -265,3 +266,129 @@ def test_the_module_is_torch_free():
     code = ("import sys, harness.compare.calibration; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------- from the mutation check
+# (benchmarks/mutation.py): messages and edges the tests above did not pin down
+
+
+def test_a_ceiling_error_without_a_file_parameter_or_case_says_so():
+    unsaved = calibration(gradients_noise=3e-4, worst_parameter=None, worst_case=None)
+    with pytest.raises(CalibrationError) as error:
+        calibrated_thresholds(F32, unsaved)
+    assert str(error.value).startswith(
+        "the calibration (unsaved) measured gradient noise 0.0003 at an unnamed parameter: x "
+        "the margin 10 that is 0.003, above the ceiling 5e-05 of float32 gradient thresholds, "
+        "so no threshold both passes this machine's noise and catches a 1e-4 stage bug"), error
+    with pytest.raises(CalibrationError) as error:  # the loss names no parameter
+        calibrated_thresholds(F32, calibration(loss_noise=1e-5))
+    assert str(error.value).startswith(
+        "the calibration (unsaved) measured loss noise 1e-05: x the margin 10 that is 0.0001, "
+        "above the ceiling 5e-05 of float32 loss thresholds, so no threshold both passes this "
+        "machine's noise and catches a 1e-4 loss error"), error
+
+
+def test_every_ceiling_names_the_bug_it_keeps_failing():
+    assert set(CAUGHT) == {(dtype, what) for dtype in CEILING for what in ("loss", "gradients")}
+
+
+def test_k_must_be_an_integer():
+    for k in ("3", 3.0, None):
+        with pytest.raises(ValueError, match=f"K >= 3 repeats to estimate anything; got {k}"):
+            check_repeats(k)
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"host": None}, "calibration: host is None, expected a non-empty string$"),
+    ({"worst_case": ""}, "calibration: worst_case is '', expected a non-empty string or null$"),
+    ({"worst_parameter": 7}, "calibration: worst_parameter is 7, expected a non-empty string "
+                             "or null$"),
+    ({"repeats": 3.0}, r"calibration: repeats is 3.0, expected an integer >= 3 \(a calibration "
+                       r"needs K >= 3 repeats to estimate anything\)$"),
+    ({"cases": -1}, "calibration: cases is -1, expected an integer >= 0$"),
+    ({"cases": 4.0}, "calibration: cases is 4.0, expected an integer >= 0$"),
+    ({"cases": True}, "calibration: cases is True, expected an integer >= 0$"),
+    ({"gradients_noise": True}, "calibration: gradients_noise is True, expected a finite "
+                                "number >= 0 or null$"),
+    ({"format": "harness.calibration/0"}, "calibration: format is 'harness.calibration/0', "
+                                          "expected 'harness.calibration/1'$"),
+])
+def test_an_unsaved_calibrations_errors_name_it_calibration(changes, expected):
+    with pytest.raises(CalibrationError, match=expected):
+        calibration(**changes)
+
+
+def test_edges_that_are_accepted():
+    made = calibration(device="cpu", cases=0, worst_parameter=None, worst_case=None,
+                       loss_noise=None)
+    assert (made.device, made.cases, made.worst_parameter, made.loss_noise) == ("cpu", 0, None,
+                                                                                None)
+
+
+def test_from_json_errors_name_the_keys_and_the_source():
+    data = calibration().to_json()
+    with pytest.raises(CalibrationError) as error:
+        Calibration.from_json({**data, "sigma": 1, "mu": 2})
+    assert str(error.value) == (
+        "calibration: unknown key(s) 'mu', 'sigma'; a harness.calibration/1 file has trainer, "
+        "trainer_version, device, host, dtype, repeats, cases, loss_noise, gradients_noise, "
+        "worst_parameter, worst_case, created_at, format")
+    del data["host"], data["cases"]
+    with pytest.raises(CalibrationError, match=r"^calibration: missing key\(s\) 'host', "
+                                               r"'cases'$"):
+        Calibration.from_json(data)
+    with pytest.raises(CalibrationError, match="^here: a calibration is a JSON object, not "
+                                               "list$"):
+        Calibration.from_json([data], "here")
+
+
+def test_calibrations_share_their_folder_and_are_written_readable(tmp_path):
+    first = calibration().write(tmp_path)
+    second = calibration(dtype="bfloat16").write(tmp_path)  # the folder exists by now
+    assert first.parent == second.parent and Calibration.read(second).dtype == "bfloat16"
+    text = first.read_text()
+    assert text == json.dumps(calibration().to_json(), indent=2) + "\n"
+    assert [p.name for p in first.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_the_dtype_looked_up_is_the_one_given_float32_when_none(tmp_path):
+    bf16 = calibration(dtype="bfloat16").write(tmp_path)
+    f32 = calibration().write(tmp_path)
+    assert load_calibration(tmp_path, "fake-1", "cuda", "bfloat16", host="gpu-7").file == bf16
+    assert load_calibration(tmp_path, "fake-1", "cuda", None, host="gpu-7").file == f32
+
+
+def test_a_file_that_fits_nothing_of_this_session_names_every_difference(tmp_path):
+    source = calibration(trainer="other", trainer_version="fake-0", device="cpu").write(tmp_path)
+    path = calibration_path(tmp_path, "fake-1", "cuda", "float32")
+    source.rename(path)
+    lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", trainer="command",
+                              host="gpu-8")
+    assert lookup.calibration is None and lookup.file == path
+    assert lookup.problem == (
+        f"the calibration {path} was made for another environment (host 'gpu-7', this session "
+        f"'gpu-8'; trainer build 'fake-0', this session 'fake-1'; device 'cpu', this session "
+        f"'cuda'; trainer 'other', this session 'command'): not used, the default thresholds "
+        f"are")
+
+
+def test_the_lookup_reads_past_files_that_are_not_this_sessions_concern(tmp_path):
+    folder = tmp_path / "calibration"
+    folder.mkdir()
+    (folder / "a.json").write_text("{not json")  # unreadable: its own lookup reports it
+    calibration(trainer="infinitrain", trainer_version="b-build").write(tmp_path)  # another trainer
+    calibration(device="cpu").write(tmp_path)  # this build and dtype on another device
+    calibration(trainer_version="fake-0", device="cpu").write(tmp_path)  # another build there
+    calibration(trainer_version="fake-0", device="cpu", dtype="bfloat16").write(tmp_path)
+    other_build = calibration(trainer_version="fake-0").write(tmp_path)
+    other_dtype = calibration(dtype="bfloat16").write(tmp_path)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "a.json", "b-build-cuda-float32.json", "fake-0-cpu-bfloat16.json",
+        "fake-0-cpu-float32.json", "fake-0-cuda-float32.json", "fake-1-cpu-float32.json",
+        "fake-1-cuda-bfloat16.json"]
+    lookup = load_calibration(tmp_path, "fake-1", "cuda", "float32", trainer="command",
+                              host="gpu-7")
+    assert lookup == CalibrationLookup(None, (
+        f"the calibration {other_build} is of trainer build 'fake-0', not this session's "
+        f"'fake-1' (run --harness-calibrate on this build); the calibration {other_dtype} is "
+        f"for bfloat16, not float32: not used, the default thresholds are"), None)

@@ -348,3 +348,120 @@ def test_known_limit_a_one_rank_bug_in_an_unwritten_shard_passes(tmp_path):
     # had rank 2's file been the one written, the same bug fails
     got[name] = shards[2]
     assert not run(tmp_path, got, ref).ok
+
+
+# ---- what the mutation check (benchmarks/mutation.py) found untested ------------------------
+
+
+def test_a_third_dim_is_named_by_its_index():
+    ref = rng_for(6).standard_normal((2, 3, 4 * C))
+    m = match_shard(ref[:, :, 2 * C:3 * C], ref, TP)
+    assert (m.kind, m.dim, m.rank) == ("slice", 2, 2)
+    assert m.describe() == f"dim-2 indices {2 * C}:{3 * C} of {4 * C} (TP rank 2 of {TP})"
+
+
+def test_groups_other_than_three_are_named_by_their_sizes():
+    rng = rng_for(7)
+    groups = (C, 8)  # two groups: not q/k/v
+    ref = rng.standard_normal((sum(groups), C))
+    m = match_shard(qkv(ref, 1, groups), ref, TP, groups)
+    assert (m.kind, m.rank, m.groups, m.error) == ("grouped", 1, groups, 0.0)
+    assert m.describe() == f"groups {C}/8 rows part 1 of {TP} (TP rank 1 of {TP})"
+
+
+def test_groups_along_columns_are_cut_along_columns():
+    ref = rng_for(8).standard_normal((C, 3 * C))
+    dumped = np.concatenate([np.split(g, TP, axis=1)[3] for g in np.split(ref, 3, axis=1)],
+                            axis=1)
+    m = match_shard(dumped, ref, TP)
+    assert (m.kind, m.dim, m.rank, m.error) == ("grouped", 1, 3, 0.0)
+    assert np.array_equal(m.reference, dumped)
+    assert m.describe() == f"q/k/v columns part 3 of {TP} (TP rank 3 of {TP})"
+
+
+@pytest.mark.parametrize("width, tp", [(4, 4), (6, 2), (C, TP)])
+def test_three_equal_groups_of_any_size_tp_divides(width, tp):
+    # 3 x 4 rows at tp 4 (one row of each group a rank), 3 x 6 rows at tp 2 (18: no multiple
+    # of 4), GPT-2's 3 x C at tp 4
+    ref = rng_for(9).standard_normal((3 * width, 5))
+    r = tp - 1
+    m = match_shard(qkv(ref, r, (width,) * 3, tp), ref, tp)
+    assert (m.kind, m.rank, m.groups, m.error) == ("grouped", r, (width,) * 3, 0.0)
+
+
+def test_groups_that_do_not_fit_give_no_grouped_candidate():
+    rng = rng_for(10)
+    # 8 rows at tp 2 are no three equal groups: the contiguous halves only (no crash on a
+    # group size that does not add up to the rows)
+    ref = rng.standard_normal((8, C))
+    m = match_shard(ref[4:], ref, 2)
+    assert (m.kind, m.rank, m.error) == ("slice", 1, 0.0)
+    # 12 rows at tp 3: three groups of 4, which 3 ranks cannot split evenly
+    ref = rng.standard_normal((12, C))
+    m = match_shard(ref[4:8], ref, 3)
+    assert (m.kind, m.rank, m.error) == ("slice", 1, 0.0)
+    # an empty group is no group: (C, 0, C) would compare [q_r | v_r] and name a 0-row k
+    ref = rng.standard_normal((2 * C, C))
+    m = match_shard(qkv(ref, 1, (C, C)), ref, TP, (C, 0, C))
+    assert m.kind == "slice" and m.error > 0.1
+
+
+def test_a_padded_vocabulary_has_less_than_one_shard_of_padding():
+    rng = rng_for(11)
+    # 4 x 4 rows for 12: the last rank would hold no row of the reference (nothing compared,
+    # an error of 0 whatever the file holds): no candidate
+    assert match_shard(rng.standard_normal((4, C)), rng.standard_normal((12, C)), 4) is None
+    # 4 x 13 rows for 30: more padding than one shard
+    assert match_shard(rng.standard_normal((13, C)), rng.standard_normal((30, C)), 4) is None
+
+
+def test_tp_1_is_accepted_and_a_smaller_file_is_no_slice_of_it():
+    ref = np.ones((4, C))
+    assert match_shard(ref, ref, 1) is None and match_shard(ref[:2], ref, 1) is None
+    with pytest.raises(ValueError, match="^tp must be >= 1, not 0$"):
+        match_shard(ref[:2], ref, 0)
+
+
+def test_the_error_is_the_relative_norm_of_the_difference_in_float64():
+    # float32 values of 1e20: their squares overflow float32 (a norm of inf would make every
+    # error 0), not float64
+    rng = rng_for(12)
+    ref = (rng.standard_normal((4 * C, C)) * 1e20).astype(np.float32)
+    dumped = (rows(ref, 2).astype(np.float64) * 1.01).astype(np.float32)
+    m = match_shard(dumped, ref, TP)
+    assert m.rank == 2 and m.error == pytest.approx(0.01, rel=1e-4)
+    # a reference slice of norm 1 (not 0): the error is ||d|| itself
+    ref = np.zeros((4, 3))
+    ref[1, 0] = 1.0
+    m = match_shard(np.array([[0.5, 0.0, 0.0]]), ref, 4)
+    assert (m.rank, m.error) == (1, 0.5)
+
+
+def test_an_all_zero_reference_slice_is_0_when_equal_and_inf_otherwise():
+    ref = np.zeros((4 * C, C))
+    ref[:C] = 1.0  # rank 0's slice is not zero; ranks 1..3 are
+    m = match_shard(np.zeros((C, C)), ref, TP)
+    assert (m.rank, m.error) == (1, 0.0)
+    off = np.zeros((C, C))
+    off[0, 0] = 1e-3
+    m = match_shard(off, np.zeros((4 * C, C)), TP)
+    assert (m.rank, m.error) == (0, np.inf)
+
+
+def test_inf_and_overflow_in_a_file_give_inf_without_a_warning():
+    import warnings
+
+    ref = np.ones((4, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning would be printed to the user
+        both_inf = np.array([[np.inf, 1.0]])
+        inf_ref = ref.copy()
+        inf_ref[:, 0] = np.inf
+        assert match_shard(both_inf, inf_ref, 4).error == np.inf  # inf - inf
+        huge = np.array([[1e308, 1.0]])
+        assert match_shard(huge, -huge.repeat(4, 0), 4).error == np.inf  # 2e308 overflows
+
+
+def test_fused_qkv_groups_are_whole_numbers():
+    groups = fused_qkv_groups((C + 16, C))
+    assert groups == (C, 8, 8) and all(type(g) is int for g in groups)
