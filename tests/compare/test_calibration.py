@@ -392,3 +392,21 @@ def test_the_lookup_reads_past_files_that_are_not_this_sessions_concern(tmp_path
         f"the calibration {other_build} is of trainer build 'fake-0', not this session's "
         f"'fake-1' (run --harness-calibrate on this build); the calibration {other_dtype} is "
         f"for bfloat16, not float32: not used, the default thresholds are"), None)
+
+
+def test_a_kind_of_noise_not_measured_keeps_the_default_and_the_other_is_still_calibrated():
+    """Mutants calibrated_thresholds 32 (the default replaced by None) and 33 (`continue` made
+    `break`, leaving the gradients unchosen) survived every test: no calibration lacked its
+    loss noise (a trainer that prints no loss comparison measured none)."""
+    thresholds, stored = calibrated_thresholds(
+        F32, calibration(loss_noise=None, gradients_noise=3e-6))
+    assert thresholds.loss == F32.loss
+    assert thresholds.gradients == pytest.approx(3e-6 * MARGIN)
+    assert stored["thresholds"] == {"loss": F32.loss, "gradients": pytest.approx(3e-6 * MARGIN)}
+
+
+def test_a_file_name_keeps_a_versions_capitals_and_names_an_empty_one():
+    """Mutants file_name 10 (capitals made lower case in the kept set) and 14 (an empty
+    version's stand-in changed) survived: no version had a capital letter or was empty."""
+    assert file_name("Fake-1+ABC", "cpu", "float32") == "Fake-1+ABC-cpu-float32.json"
+    assert file_name("", "cuda", "bfloat16") == "_-cuda-bfloat16.json"
