@@ -20,12 +20,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # no display on a CI runner
-from matplotlib import colormaps  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import LogFormatter  # noqa: E402
+
+from harness.report.styles import series_styles  # noqa: E402
 
 from .rows import HistoryRow  # noqa: E402
 from .store import moment  # noqa: E402
@@ -34,8 +35,6 @@ PANELS = (("tokens/s", "tokens_per_s", "linear"), ("peak MB", "peak_memory_mb", 
           ("margin (×, smaller of loss and gradients)", "margin", "log"))
 LEGEND_CASES = 20  # a legend of more cases than this hides the lines; the tables name them
 MARKED_NIGHTS = 60  # a series this short has a marker on each night
-_LINES = ("-", "--", "-.", ":")
-_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">", "h", "p")
 
 
 def _drawable(value: float | None) -> bool:
@@ -63,20 +62,6 @@ def _points(rows: list[HistoryRow]) -> dict[str, list[tuple[float, float]]]:
 @lru_cache(maxsize=8192)  # one per night: a year of 200 cases converts 365 dates, not 73,000
 def _x(date: str) -> float:
     return float(date2num(moment(date)))
-
-
-def styles(n: int) -> list[tuple]:
-    """n distinct (colour, line style, marker): 20 colours (tab20, the dark shade of each hue
-    first); past 20 the line style changes too."""
-    cmap = colormaps["tab20"]
-    order = [*range(0, 20, 2), *range(1, 20, 2)]
-    return [(cmap(order[i % 20]), _LINES[(i // 20) % len(_LINES)], _MARKERS[i % len(_MARKERS)])
-            for i in range(n)]
-
-
-def drawable(cases: dict[str, list[HistoryRow]]) -> bool:
-    """Whether the group's figure has anything to draw (group_figure returns a path)."""
-    return any(points for rows in cases.values() for points in _points(rows).values())
 
 
 Job = tuple[str, dict, Path]  # group_figure's arguments: title, cases, path
@@ -109,24 +94,25 @@ def draw_all(jobs: list[Job], workers: int = 1) -> list[tuple[int, Path | None]]
 def group_figure(title: str, cases: dict[str, list[HistoryRow]], path: Path) -> Path | None:
     """The group's figure at `path`; None when no case has a number to draw."""
     names = sorted(cases)
-    points = [_points(cases[name]) for name in names]
-    drawn = {field: [p[field] for p in points] for _, field, _ in PANELS}
+    per_case = [_points(cases[name]) for name in names]
+    drawn = {field: [p[field] for p in per_case] for _, field, _ in PANELS}
     panels = [(label, field, scale) for label, field, scale in PANELS
               if any(drawn[field])]
     if not panels:
         return None
     fig = Figure(figsize=(9, 2.4 * len(panels) + 0.6), dpi=80)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    looks = styles(len(names))
+    looks = series_styles(len(names))
     for ax, (label, field, scale) in zip(axes, panels):
         lines = [(points, look) for points, look in zip(drawn[field], looks) if points]
         ax.add_collection(LineCollection(
-            [points for points, _ in lines], colors=[look[0] for _, look in lines],
-            linestyles=[look[1] for _, look in lines], linewidths=1))
-        short = [(points, look) for points, look in lines if len(points) <= MARKED_NIGHTS]
-        for points, (color, _, marker) in short:  # a few nights: each one marked
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, linestyle="none", marker=marker, markersize=3, color=color)
+            [points for points, _ in lines], colors=[look["color"] for _, look in lines],
+            linestyles=[look["linestyle"] for _, look in lines], linewidths=1))
+        for points, look in lines:
+            if len(points) <= MARKED_NIGHTS:  # a few nights: each one marked
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, linestyle="none", marker=look["marker"], markersize=3,
+                        color=look["color"])
         ax.set_yscale(scale)
         if scale == "log":  # plain numbers (130, 200), minor ticks labelled within a decade
             ax.yaxis.set_major_formatter(LogFormatter())
@@ -141,10 +127,12 @@ def group_figure(title: str, cases: dict[str, list[HistoryRow]], path: Path) -> 
     axes[-1].xaxis.set_major_formatter(ConciseDateFormatter(locator))
     axes[0].set_title(title, fontsize=10, y=1.01)  # a y of its own: not placed by measuring
     if len(names) <= LEGEND_CASES:
-        handles = [Line2D([], [], color=c, linestyle=s,
-                          marker=m if any(len(p) <= MARKED_NIGHTS for p in drawn[f]) else None,
-                          markersize=3, linewidth=1)
-                   for c, s, m in looks for f in (panels[0][1],)]
+        # a case's legend entry has its marker where its lines were drawn with markers
+        marked = [any(0 < len(p[field]) <= MARKED_NIGHTS for _, field, _ in panels)
+                  for p in per_case]
+        handles = [Line2D([], [], color=look["color"], linestyle=look["linestyle"],
+                          marker=look["marker"] if mark else None, markersize=3, linewidth=1)
+                   for look, mark in zip(looks, marked)]
         axes[0].legend(handles, [n.split("/")[-1] for n in names], fontsize=6, ncol=4,
                        loc="best")
     fig.subplots_adjust(left=0.1, right=0.97, top=0.93, bottom=0.08, hspace=0.12)

@@ -99,10 +99,9 @@ def document(history: History, folder: Path, with_plots: bool = True,
     `workers`: processes the plots are drawn in (plots.draw_all: more than one only from a
     process of one thread, the CLI)."""
     found = all_findings(history.rows) if found is None else found
-    if with_plots:  # matplotlib is imported only when something is drawn
-        from .plots import draw_all, drawable
     rows = history.rows
-    jobs = []
+    jobs = []  # the figures, drawn at the end all at once; each linked where it was asked for
+    links: list[int] = []  # where in `lines` each job's link goes (if it draws anything)
     nights = {(r.session, r.date) for r in rows}
     lines = ["# Harness history", ""]
     if not rows:
@@ -139,11 +138,8 @@ def document(history: History, folder: Path, with_plots: bool = True,
             if with_plots:
                 stem = slug(f"history-{config}-{tag}-{model}" if len(configs) > 1
                             else f"history-{tag}-{model}")
-                if drawable(cases):  # drawn below, all at once
-                    png = folder / f"{stem}.png"
-                    jobs.append((f"{tag} / {model}", cases, png))
-                    lines += [f"![{tag} / {model}: tokens/s, peak memory and margins over the "
-                              f"nights]({png.name})", ""]
+                jobs.append((f"{tag} / {model}", cases, folder / f"{stem}.png"))
+                links.append(len(lines))
             for name, series in sorted(cases.items()):
                 series.sort(key=lambda r: (when(r), r.session))
                 lines += [f"{depth}# `{name}`", "", _change_line(series), "",
@@ -156,7 +152,16 @@ def document(history: History, folder: Path, with_plots: bool = True,
                     lines += [f"{len(series) - len(shown)} older nights not shown (every "
                               "night: `python -m harness.history DIR --csv FILE`, or "
                               "`--nights 0`).", ""]
-    images = [png for _, png in draw_all(jobs, workers) if png is not None] if jobs else []
+    images = []
+    if jobs:  # matplotlib is imported only when something is drawn
+        from .plots import draw_all
+
+        drawn = [png for _, png in draw_all(jobs, workers)]
+        for (title, _, _), at, png in reversed(list(zip(jobs, links, drawn))):
+            if png is not None:  # None: nothing in the group to draw
+                lines[at:at] = [f"![{title}: tokens/s, peak memory and margins over the "
+                                f"nights]({png.name})", ""]
+        images = [png for png in drawn if png is not None]
     return "\n".join(lines).rstrip() + "\n", images
 
 

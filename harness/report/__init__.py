@@ -20,6 +20,7 @@ Writing (markdown, figures, files):
     baseline.py                the "Baseline check" section: each case's baseline verdict
                                beside its self-check, the divergence step by step
     plots.py                   PNG figures beside the markdown
+    styles.py                  the series' line styles, shared with the history's figures
     document.py                the report: sections in reading order, plots linked
     cli.py                     `python -m harness.report`
     artifacts.py               `python -m harness.report.artifacts`: failing cases' folders

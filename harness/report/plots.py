@@ -28,6 +28,7 @@ from harness.compare.locate import Locator, canonical_name, layer_of  # noqa: E4
 
 from .case_view import CaseView  # noqa: E402
 from .steps import reference_steps, run_steps  # noqa: E402
+from .styles import series_styles  # noqa: E402
 from .values import g, number, section, slug  # noqa: E402
 
 _TINY = 1e-12  # a log axis cannot show an exact 0 difference
@@ -37,17 +38,6 @@ def _series(values) -> list[float | None]:
     return [number(v) for v in values] if isinstance(values, list) else []
 
 
-_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">", "h", "p")
-_LINES = ("-", "--", "-.", ":")
-
-
-def series_styles(n: int) -> list[dict]:
-    """n distinct (colour, marker, line style) combinations: 20 colours (tab20, the dark shade
-    of each hue first), each with its own marker; past 20 the line style changes too."""
-    cmap = plt.get_cmap("tab20")
-    order = [*range(0, 20, 2), *range(1, 20, 2)]  # 10 dark hues, then their light shades
-    return [{"color": cmap(order[i % 20]), "marker": _MARKERS[i % len(_MARKERS)],
-             "linestyle": _LINES[(i // 20) % len(_LINES)]} for i in range(n)]
 
 
 def reference_line(references: list[list[tuple[int, float | None]]]
