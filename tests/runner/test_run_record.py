@@ -8,6 +8,7 @@ made of; the mutation run (benchmarks/mutation.py) showed that nothing else pinn
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -124,37 +125,85 @@ def _runner(folder: Path, groups, backend_class, **settings) -> tuple[CaseRunner
     return CaseRunner(config, settings, backend=backend), {c.name: c for c in config.cases}
 
 
-@pytest.fixture(scope="module")
-def records(tmp_path_factory):
-    """Every case run once (about 30 launches of the fake trainer, 10 s); name -> (outcome,
-    runner). Golden records: one runner writes them, a second (another session) reads them."""
-    # "gradients" in every path: a message about parameter updates must not rewrite paths
-    root = tmp_path_factory.mktemp("run-record-gradients")
-    found = {}
-    for folder, groups, backend, settings in (
-        ("foreign", [{"tag": "fake", "tests": FOREIGN_CASES},
-                     {"tag": "one", "tests": ONE_DEVICE_CASES},
-                     {"tag": "topo", "reference": PP2, "tests": TOPOLOGY_CASES},
-                     {"tag": "reftp", "reference": {"tensor_parallel": 2},
-                      "tests": NO_REFERENCE_GRADS}], Foreign, {}),
-        # "cuda": the device reaches the run (the fake trainer needs none)
-        ("bundled", [{"tag": "fake", "tests": BUNDLED_CASES}], Bundled, {"device": "cuda"}),
-        ("bundled-keep-none", [{"tag": "fake", "tests": [{"id": "bad-update", "args": PP2}]}],
-         Bundled, {"keep_dumps": "none"}),
-        ("golden-write", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
-         {"golden_write_dir": root / "golden"}),
-        ("golden-read", [{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
-         {"golden_dir": root / "golden", "golden_allow_mismatch": True, "keep_dumps": "all"}),
-    ):
-        if folder == "golden-read":  # as if recorded on a GPU machine: accepted, and said
-            for golden in (root / "golden").glob("*/golden.json"):
-                data = json.loads(golden.read_text())
-                data["fingerprint"]["device"] = "cuda"
-                golden.write_text(json.dumps(data))
-        runner, cases = _runner(root / folder, groups, backend, **settings)
-        for name, case in cases.items():
-            found[f"{folder}:{name}"] = (runner.run(case, nodeid=f"cases.json::{name}"), runner)
-    return found
+# Each folder's runner: its cases, its backend and its settings ("golden" made per root).
+FOLDERS = {
+    "foreign": ([{"tag": "fake", "tests": FOREIGN_CASES},
+                 {"tag": "one", "tests": ONE_DEVICE_CASES},
+                 {"tag": "topo", "reference": PP2, "tests": TOPOLOGY_CASES},
+                 {"tag": "reftp", "reference": {"tensor_parallel": 2},
+                  "tests": NO_REFERENCE_GRADS}], Foreign, {}),
+    # "cuda": the device reaches the run (the fake trainer needs none)
+    "bundled": ([{"tag": "fake", "tests": BUNDLED_CASES}], Bundled, {"device": "cuda"}),
+    "bundled-keep-none": ([{"tag": "fake", "tests": [{"id": "bad-update", "args": PP2}]}],
+                          Bundled, {"keep_dumps": "none"}),
+    "golden-write": ([{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
+                     {"golden_write_dir": "golden"}),
+    "golden-read": ([{"tag": "fake", "tests": GOLDEN_CASES}], Foreign,
+                    {"golden_dir": "golden", "golden_allow_mismatch": True, "keep_dumps": "all"}),
+}
+# What a case needs run before it: a resume its saver, a golden reader the golden writer.
+BEFORE = {"foreign:fake/gpt2/resume": "foreign:fake/gpt2/save",
+          "foreign:fake/gpt2/resume-crashed": "foreign:fake/gpt2/crash-save",
+          "golden-read:fake/gpt2/ok": "golden-write:fake/gpt2/ok"}
+
+
+class Runs:
+    """`runs["folder:tag/model/id"]` -> (outcome, runner): the case run when first asked for,
+    after what it needs (BEFORE), by its folder's runner, made when first needed. "gradients"
+    in every path: a message about parameter updates must not rewrite paths."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.runners: dict[str, tuple[CaseRunner, dict]] = {}
+        self.done: dict[str, tuple] = {}
+
+    def __getitem__(self, name: str) -> tuple:
+        if name not in self.done:
+            if name in BEFORE:
+                self[BEFORE[name]]
+            folder, case = name.split(":")
+            runner, cases = self._runner(folder)
+            self.done[name] = (runner.run(cases[case], nodeid=f"cases.json::{case}"), runner)
+        return self.done[name]
+
+    def _runner(self, folder: str) -> tuple[CaseRunner, dict]:
+        if folder not in self.runners:
+            groups, backend, settings = FOLDERS[folder]
+            settings = {k: self.root / v if k.startswith("golden_") and k.endswith("dir") else v
+                        for k, v in settings.items()}
+            if folder == "golden-read":  # as if recorded on a GPU machine: accepted, and said
+                for golden in (self.root / "golden").glob("*/golden.json"):
+                    data = json.loads(golden.read_text())
+                    data["fingerprint"]["device"] = "cuda"
+                    golden.write_text(json.dumps(data))
+            self.runners[folder] = _runner(self.root / folder, groups, backend, **settings)
+        return self.runners[folder]
+
+
+_SHARED: dict[str, Runs] = {}  # the module's runs, when tests share them
+
+
+@pytest.fixture
+def records(tmp_path_factory, tmp_path):
+    """The cases a test asks for, run when it asks. Shared by the module's tests (about 30
+    launches of the fake trainer, 10 s, once), except under mutmut: there every test runs its
+    own cases in its own folder, because mutmut credits a call of the code under test to the
+    test that was running when it happened, and runs a mutant against those tests only. A
+    run shared with a later test would leave that test's checks out of every mutant's run."""
+    if "MUTANT_UNDER_TEST" in os.environ:
+        return Runs(tmp_path / "run-record-gradients")
+    if "runs" not in _SHARED:
+        _SHARED["runs"] = Runs(tmp_path_factory.mktemp("run-record-gradients"))
+    return _SHARED["runs"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _runs_of_this_module():
+    # Per module run, not per interpreter: a process that ran this module before (mutmut's
+    # forked workers) must not serve runs of other code.
+    _SHARED.clear()
+    yield
+    _SHARED.clear()
 
 
 def _value(command: list[str], option: str) -> str:
