@@ -31,6 +31,7 @@ Benchmarks are not tests: they print tables and assert nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import subprocess
@@ -48,7 +49,8 @@ from bench_common import PYTHON, REPO, git_commit, machine  # noqa: E402
 
 from harness.history import findings  # noqa: E402
 from harness.history.rows import HistoryRow  # noqa: E402
-from harness.history.store import CACHE, history_path, read_history  # noqa: E402
+from harness.history.store import (CACHE, append_rows, history_path,  # noqa: E402
+                                   read_history)
 
 QUIET = 20  # nights before a planted step
 WITHIN = 3  # the issue's bound: a step named within its first three nights
@@ -231,6 +233,35 @@ def render_table(out: Path, cases: int, repeats: int) -> list[list]:
     return table
 
 
+def append_table(out: Path, cases: int, repeats: int) -> list[list]:
+    """A session's finish: its `cases` rows appended to the year (append_rows, in process, as
+    the plugin calls it), after the previous night's render left its cache, and with no
+    cache. The history is restored after each."""
+    path = history_path(out)
+    cache = path.with_name(CACHE)
+    data = path.read_bytes()
+    tonight = [dataclasses.replace(r, session=r.session + "-tonight")
+               for r in read_history(path).rows[-cases:]]  # the read leaves the cache
+    kept = cache.read_bytes()
+    table = []
+    for situation, cached in (("after the last render (its cache)", True), ("no cache", False)):
+        walls = []
+        for _ in range(repeats):
+            path.write_bytes(data)
+            if cached:
+                cache.write_bytes(kept)
+            else:
+                cache.unlink(missing_ok=True)
+            start = time.perf_counter()
+            added = append_rows(path, tonight)
+            walls.append(time.perf_counter() - start)
+        table.append([situation, added, f"{min(walls):.2f}", f"{np.median(walls):.2f}",
+                      f"{max(walls):.2f}"])
+    path.write_bytes(data)
+    cache.write_bytes(kept)
+    return table
+
+
 # --- command line -----------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -296,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
                            headers=["situation", "python -m harness.history", "min s",
                                     "median s", "max s", "PNGs", "its last line"],
                            tablefmt=args.tablefmt))
+            print(tabulate(append_table(out, args.cases, args.repeats),
+                           headers=["a session's append", "rows added", "min s", "median s",
+                                    "max s"], tablefmt=args.tablefmt))
     return 0
 
 

@@ -23,8 +23,8 @@ file still begins with exactly those bytes, and parses only the lines after them
 adds go on the end of the cache as one more segment (a nightly writes one night, not the
 year), and every MAX_SEGMENTS the cache is written whole again. Anything else (another
 Python, a file rewritten or shortened) is a miss: the whole file is read, as without a cache;
-a segment cut short is left off. The cache is derived, never the record: deleting it loses
-nothing.
+a segment cut short is left off. An append takes the keys of the cached rows and parses only the
+lines after them too. The cache is derived, never the record: deleting it loses nothing.
 """
 
 from __future__ import annotations
@@ -123,12 +123,13 @@ def _segments(raw: bytes) -> tuple[list[tuple], bool]:
     return segments, at == len(raw)
 
 
-def _cached(path: Path, data: bytes) -> tuple[list[HistoryRow], int, int, int]:
-    """(rows, bytes, lines, segments to add to) of the file's beginning that its cache holds,
-    the rows oldest first and each key once; none on any miss. The cache is a run of segments,
-    each the rows one reader added, with the length and digest of the file they bring it to:
-    the last segment is checked against the file. A cache with a broken end still serves
-    what reads whole before it, and is then written whole again (0 segments to add to)."""
+def _cached_values(path: Path, data: bytes) -> tuple[list[tuple], int, int, int]:
+    """(rows as values(), bytes, lines, segments to add to) of the file's beginning that its
+    cache holds, the rows oldest first and each key once; none on any miss. The cache is a run
+    of segments, each the rows one reader added, with the length and digest of the file they
+    bring it to: the last segment is checked against the file. A cache with a broken end
+    still serves what reads whole before it, and is then written whole again (0 segments to
+    add to)."""
     try:
         segments, whole = _segments(path.with_name(CACHE).read_bytes())
     except OSError:  # none yet
@@ -138,8 +139,14 @@ def _cached(path: Path, data: bytes) -> tuple[list[HistoryRow], int, int, int]:
     _, length, digest, lines, _ = segments[-1]
     if length > len(data) or hashlib.sha1(data[:length]).hexdigest() != digest:
         return [], 0, 0, 0
-    return ([HistoryRow.trusted(v) for segment in segments for v in segment[4]], length,
-            lines, len(segments) if whole else 0)
+    return ([v for segment in segments for v in segment[4]], length, lines,
+            len(segments) if whole else 0)
+
+
+def _cached(path: Path, data: bytes) -> tuple[list[HistoryRow], int, int, int]:
+    """_cached_values, as rows."""
+    values, length, lines, segments = _cached_values(path, data)
+    return [HistoryRow.trusted(v) for v in values], length, lines, segments
 
 
 def _write_cache(path: Path, data: bytes, rows: list[HistoryRow], added: int,
@@ -200,22 +207,32 @@ def _read_unlocked(path: Path) -> tuple[list[HistoryRow], list[tuple[int, str, s
     return rows, bad
 
 
-def _keyed_unlocked(path: Path) -> dict[tuple, list[dict]]:
-    """Each line that could be a row by its key (session, date, case), without building the
-    rows: what an append needs, at every session's finish, of a history of every night. A key
-    is trusted only once its line is checked to be a row (`_is_row`), for the few keys a caller
-    asks about; a line that is no row is kept aside by read_history, not here."""
-    keyed: dict[tuple, list[dict]] = {}
+_KEY_AT = tuple(FIELD_ORDER.index(name) for name in ("session", "date", "name"))
+
+
+def _keyed_unlocked(path: Path) -> tuple[set[tuple], dict[tuple, list[dict]]]:
+    """What an append needs, at every session's finish, of a history of every night: the keys
+    (session, date, case) of the rows the cache holds (each a row: only a reader that
+    validated it wrote it), and each line after them that could be a row by its key, without
+    building the rows. A key of the lines is trusted only once its line is checked to be a
+    row (`_is_row`), for the few keys a caller asks about; a line that is no row is kept aside
+    by read_history, not here. A nightly's append so reads the cache and parses one night,
+    not the year."""
     try:
-        lines = scan_jsonl(path)
+        data = path.read_bytes()
     except FileNotFoundError:
-        return keyed
-    for line in lines:
+        return set(), {}
+    values, start, lines_before, _ = _cached_values(path, data)
+    session, date, name = _KEY_AT
+    held = {(v[session], v[date], v[name]) for v in values}
+    keyed: dict[tuple, list[dict]] = {}
+    tail = data[start:].decode("utf-8", errors="replace")
+    for line in scan_jsonl_text(tail, lines_before + 1):
         value = line.value
         if isinstance(value, dict):
             key = (value.get("session"), value.get("date"), value.get("name"))
             keyed.setdefault(key, []).append(value)
-    return keyed
+    return held, keyed
 
 
 def _is_row(values: list[dict]) -> bool:
@@ -264,9 +281,11 @@ def append_rows(path: str | os.PathLike, rows: list[HistoryRow]) -> int:
     were new."""
     path = Path(path)
     with _lock(path):
-        keyed = _keyed_unlocked(path)
+        held, keyed = _keyed_unlocked(path)
         new = []
         for row in rows:
+            if row.key in held:
+                continue
             if row.key not in keyed or not _is_row(keyed[row.key]):
                 keyed[row.key] = [row.to_json()]
                 new.append(row)

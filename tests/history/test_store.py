@@ -172,6 +172,34 @@ def test_a_second_read_takes_the_cached_rows_and_parses_only_the_new_lines(tmp_p
     assert second == _cold(path)
 
 
+def test_an_append_takes_the_cached_keys_and_parses_only_the_lines_after_them(
+        tmp_path, monkeypatch):
+    """A session's finish appends to a history of every night: the keys the cache holds are
+    taken from it, only the lines after it are parsed. Plants: the whole file scanned for
+    keys (the scan sees 14 lines, not 2); the cache's keys ignored (its rows written again)."""
+    from harness.history import store
+
+    path = history_path(tmp_path)
+    append_rows(path, [row(i, name=f"basic/gpt2/c{c}") for i in range(4) for c in range(3)])
+    read_history(path)  # the cache holds these 12 rows
+    append_rows(path, [row(4, name="basic/gpt2/c0"), row(4, name="basic/gpt2/c1")])
+    scanned = []
+    real = store.scan_jsonl_text
+    monkeypatch.setattr(store, "scan_jsonl_text", lambda raw, first=1: scanned.append(
+        (first, raw.count("\n"))) or real(raw, first))
+    # a session appended again (rows in the cache and after it), and one new night
+    added = append_rows(path, [row(0, name="basic/gpt2/c0"), row(3, name="basic/gpt2/c2"),
+                               row(4, name="basic/gpt2/c1"), row(5, name="basic/gpt2/c0")])
+    assert added == 1
+    assert scanned == [(13, 2)]  # from line 13, the two lines after the cache
+    monkeypatch.undo()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 15 and json.loads(lines[-1])["session"] == "night-005"
+    # with no cache (deleted, or a history rewritten) every line is scanned, and still once
+    path.with_name(CACHE).unlink()
+    assert append_rows(path, [row(0, name="basic/gpt2/c0"), row(5, name="basic/gpt2/c0")]) == 0
+
+
 def test_an_older_night_and_a_repeated_key_after_the_cache_keep_the_order_and_one_row(tmp_path):
     path = history_path(tmp_path)
     append_rows(path, [row(i) for i in (1, 2, 3)])
