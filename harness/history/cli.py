@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.report.reading import DEFAULT_ROOT
 from harness.results.location import env_output
 
-from .findings import all_findings, since
+from .findings import since
 from .render import TABLE_NIGHTS, document, write_csv
 from .run_folders import read_run_folders
 from .store import append_rows, history_path, read_history, sync
@@ -84,14 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness.history: {note}", file=sys.stderr)
     markdown = Path(args.markdown) if args.markdown else history_path(output).with_name(
         "history.md")
-    found = all_findings(history.rows)
+    # The figures in parallel: this process has one thread, so forking is safe (plots.drawing)
+    rendered = document(history, markdown.parent, with_plots=not args.no_plots,
+                        table_nights=args.nights, workers=_cpus())
+    found, images = rendered.found, rendered.images
     recent = since(history.rows, found=found)
-    # The figures in parallel: this process has one thread, so forking is safe (plots.draw_all)
-    text, images = document(history, markdown.parent, with_plots=not args.no_plots,
-                            found=found, table_nights=args.nights,
-                            workers=_cpus())
     markdown.parent.mkdir(parents=True, exist_ok=True)
-    markdown.write_text(text)
+    markdown.write_text(rendered.text)
     sessions = len({(r.session, r.date) for r in history.rows})
     print(f"history: {markdown.resolve()} ({sessions} session{'s' * (sessions != 1)}, "
           f"{len({r.name for r in history.rows})} cases, {added} row{'s' * (added != 1)} "

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,26 +39,26 @@ LEGEND_CASES = 20  # a legend of more cases than this hides the lines; the table
 MARKED_NIGHTS = 60  # a series this short has a marker on each night
 
 
-def _drawable(value: float | None) -> bool:
-    return value is not None and 0 < value < math.inf  # NaN fails both
-
-
 def _points(rows: list[HistoryRow]) -> dict[str, list[tuple[float, float]]]:
     """Each panel's (night, value) points of one case: tokens/s, peak MB, and the smaller of
     the two margins; what cannot be drawn (none, NaN, infinite, <= 0 on a log axis) left
-    out."""
-    out: dict[str, list[tuple[float, float]]] = {"tokens_per_s": [], "peak_memory_mb": [],
-                                                 "margin": []}
+    out. Plain comparisons, inline: a year of a group is 9,000 rows."""
+    tokens, memory, margins = [], [], []
     for r in rows:
         x = _x(r.date)
-        if _drawable(r.tokens_per_s):
-            out["tokens_per_s"].append((x, r.tokens_per_s))
-        if _drawable(r.peak_memory_mb):
-            out["peak_memory_mb"].append((x, r.peak_memory_mb))
-        margins = [m for m in (r.loss_margin, r.gradient_margin) if _drawable(m)]
-        if margins:
-            out["margin"].append((x, min(margins)))
-    return out
+        value = r.tokens_per_s
+        if value is not None and 0 < value < math.inf:  # NaN fails both
+            tokens.append((x, value))
+        value = r.peak_memory_mb
+        if value is not None and 0 < value < math.inf:
+            memory.append((x, value))
+        loss, grad = r.loss_margin, r.gradient_margin
+        loss = loss if loss is not None and 0 < loss < math.inf else None
+        grad = grad if grad is not None and 0 < grad < math.inf else None
+        if loss is not None or grad is not None:
+            margins.append((x, loss if grad is None else grad if loss is None
+                            else min(loss, grad)))
+    return {"tokens_per_s": tokens, "peak_memory_mb": memory, "margin": margins}
 
 
 @lru_cache(maxsize=8192)  # one per night: a year of 200 cases converts 365 dates, not 73,000
@@ -65,30 +67,42 @@ def _x(date: str) -> float:
 
 
 Job = tuple[str, dict, Path]  # group_figure's arguments: title, cases, path
-_JOBS: list[Job] = []  # the jobs of draw_all's forked workers (inherited, not pickled)
+_JOBS: list[Job] = []  # the jobs of drawing's forked workers (inherited, not pickled)
 
 
 def _draw(index: int) -> tuple[int, Path | None]:
     return os.getpid(), group_figure(*_JOBS[index])
 
 
-def draw_all(jobs: list[Job], workers: int = 1) -> list[tuple[int, Path | None]]:
-    """Every figure, in order, as (the pid that drew it, its path or None): over `workers`
-    forked processes when more than one (the figures are independent, and a year's are most
-    of the render's time). The workers inherit the jobs (a year of rows is not pickled), and
-    the pool is ended on every way out, an error in a figure included (Pool's exit terminates
-    and joins them). Forked only from a process of one thread, the CLI: fork() in a
-    threaded process can deadlock."""
+@contextmanager
+def drawing(jobs: list[Job], workers: int = 1) -> Iterator[Callable[[], list]]:
+    """Every figure started, over `workers` forked processes when more than one, while the
+    caller goes on; yields `finished()`, which waits for them and gives, in order, (the pid
+    that drew it, its path or None). The figures are independent, and a year's are most of
+    the render's time. The workers inherit the jobs (a year of rows is not pickled), and the
+    pool is ended on every way out, an error in a figure or in the caller's own work included
+    (Pool's exit terminates and joins them). Forked only from a process of one thread, the
+    CLI: fork() in a threaded process can deadlock. With one worker, `finished()` draws
+    them."""
     global _JOBS
     workers = min(workers, len(jobs))
     if workers < 2:
-        return [(os.getpid(), group_figure(*job)) for job in jobs]
+        yield lambda: [(os.getpid(), group_figure(*job)) for job in jobs]
+        return
     _JOBS = jobs
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
-            return pool.map(_draw, range(len(jobs)), chunksize=1)
+            pending = pool.map_async(_draw, range(len(jobs)), chunksize=1)
+            yield pending.get
     finally:
         _JOBS = []
+
+
+def draw_all(jobs: list[Job], workers: int = 1) -> list[tuple[int, Path | None]]:
+    """Every figure, in order, as (the pid that drew it, its path or None): `drawing`, waited
+    for at once."""
+    with drawing(jobs, workers) as finished:
+        return finished()
 
 
 def group_figure(title: str, cases: dict[str, list[HistoryRow]], path: Path) -> Path | None:

@@ -90,58 +90,111 @@ def since_section(rows: list[HistoryRow], days: float = 7.0, config: str | None 
     return _findings("## Since last week", since(rows, days, found))
 
 
+@dataclasses.dataclass
+class Rendered:
+    """history.md's text, the plots written beside it, and the findings it names."""
+
+    text: str
+    images: list[Path]
+    found: list[Finding]
+
+
+def _configs(history: History) -> list[tuple[str, dict[tuple[str, str], dict]]]:
+    """Each config's groups, tag x model -> case name -> its rows (oldest first), in the
+    order the document shows them."""
+    out = []
+    for config in history.configs():
+        groups: dict[tuple[str, str], dict[str, list[HistoryRow]]] = {}
+        for row in history.rows:
+            if row.config == config:
+                groups.setdefault((row.tag, row.model), {}).setdefault(row.name, []).append(row)
+        for cases in groups.values():
+            for series in cases.values():
+                series.sort(key=lambda r: (when(r), r.session))
+        out.append((config, dict(sorted(groups.items()))))
+    return out
+
+
 def document(history: History, folder: Path, with_plots: bool = True,
-             found: list[Finding] | None = None, table_nights: int = TABLE_NIGHTS,
-             workers: int = 1) -> tuple[str, list[Path]]:
-    """history.md's text, and the plots written beside it in `folder`; `found`: the history's
-    findings (all_findings(history.rows)) when the caller has them already; `table_nights`: the
-    newest nights each case's table shows (0: all; the plots always show every night);
-    `workers`: processes the plots are drawn in (plots.draw_all: more than one only from a
-    process of one thread, the CLI)."""
-    found = all_findings(history.rows) if found is None else found
+             table_nights: int = TABLE_NIGHTS, workers: int = 1) -> Rendered:
+    """history.md's text, the plots written beside it in `folder`, and the history's findings;
+    `table_nights`: the newest nights each case's table shows (0: all; the plots always show
+    every night); `workers`: processes the plots are drawn in (plots.drawing: more than one
+    only from a process of one thread, the CLI), while this one finds the findings and
+    writes the tables: on a machine of two cores the figures are the most of a year's
+    render, and they need neither."""
+    configs = _configs(history)
+    several = len(configs) > 1
+    jobs = []  # the figures, in document order: (title, cases, path)
+    for config, groups in configs if with_plots else ():
+        for (tag, model), cases in groups.items():
+            stem = slug(f"history-{config}-{tag}-{model}" if several
+                        else f"history-{tag}-{model}")
+            jobs.append((f"{tag} / {model}", cases, folder / f"{stem}.png"))
+    if not jobs:
+        found = all_findings(history.rows)
+        return Rendered(_text(history, configs, found, table_nights, []), [], found)
+    from .plots import drawing  # matplotlib is imported only when something is drawn
+
+    with drawing(jobs, workers) as finished:
+        found = all_findings(history.rows)
+        lines = _lines(history, configs, found, table_nights)
+        drawn = [png for _, png in finished()]
+    return Rendered(_text(history, configs, found, table_nights, drawn, lines),
+                    [png for png in drawn if png is not None], found)
+
+
+def _text(history: History, configs: list, found: list[Finding], table_nights: int,
+          drawn: list[Path | None], lines: list | None = None) -> str:
+    """The document, each group's figure (`drawn`, in group order; None: nothing to draw)
+    linked under its heading."""
+    lines = _lines(history, configs, found, table_nights) if lines is None else lines
+    figures = iter(drawn)
+    out = []
+    for line in lines:
+        if isinstance(line, tuple):  # a group's place for its figure
+            png = next(figures, None)
+            if png is not None:
+                out += [f"![{line[0]}: tokens/s, peak memory and margins over the "
+                        f"nights]({png.name})", ""]
+        else:
+            out.append(line)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _lines(history: History, configs: list, found: list[Finding],
+           table_nights: int) -> list:
+    """The document's lines; a group's figure's place as a (title,) tuple."""
     rows = history.rows
-    jobs = []  # the figures, drawn at the end all at once; each linked where it was asked for
-    links: list[int] = []  # where in `lines` each job's link goes (if it draws anything)
     nights = {(r.session, r.date) for r in rows}
-    lines = ["# Harness history", ""]
+    lines: list = ["# Harness history", ""]
     if not rows:
         lines += ["No session has been recorded yet.", ""]
     else:
         lines += [f"{len(nights)} session{'s' * (len(nights) != 1)}, "
                   f"{len({r.name for r in rows})} cases, {rows[0].date[:10]} to "
                   f"{rows[-1].date[:10]}.", ""]
-    configs = history.configs()
-    if len(configs) > 1:
+    several = len(configs) > 1
+    if several:
         lines += [f"This history holds sessions of {len(configs)} configs; each is kept apart "
-                  "(its own tables and series): " + ", ".join(f"`{c}`" for c in configs) + ".",
-                  ""]
+                  "(its own tables and series): " + ", ".join(f"`{c}`" for c, _ in configs)
+                  + ".", ""]
     if history.notes:
         lines += ["Problems reading the history:", ""]
         lines += [f"- {note}" for note in history.notes] + [""]
-    for config in configs:
+    for config, groups in configs:
         mine = [r for r in rows if r.config == config]
-        if len(configs) > 1:
+        if several:
             lines += [f"## Config `{config}`", ""]
         # a finding is of one config's series (findings._series), so these are mine's own
         theirs = [f for f in found if f.config == config]
         recent = since_section(mine, found=theirs)
-        lines += recent if len(configs) == 1 else [
-            line.replace("## ", "### ", 1) for line in recent]
-        lines += _findings("## All findings" if len(configs) == 1 else "### All findings",
-                           theirs)
-        groups: dict[tuple[str, str], dict[str, list[HistoryRow]]] = {}
-        for row in mine:
-            groups.setdefault((row.tag, row.model), {}).setdefault(row.name, []).append(row)
-        depth = "##" if len(configs) == 1 else "###"
-        for (tag, model), cases in sorted(groups.items()):
-            lines += [f"{depth} {tag} / {model}", ""]
-            if with_plots:
-                stem = slug(f"history-{config}-{tag}-{model}" if len(configs) > 1
-                            else f"history-{tag}-{model}")
-                jobs.append((f"{tag} / {model}", cases, folder / f"{stem}.png"))
-                links.append(len(lines))
+        lines += [line.replace("## ", "### ", 1) for line in recent] if several else recent
+        lines += _findings("### All findings" if several else "## All findings", theirs)
+        depth = "###" if several else "##"
+        for (tag, model), cases in groups.items():
+            lines += [f"{depth} {tag} / {model}", "", (f"{tag} / {model}",)]
             for name, series in sorted(cases.items()):
-                series.sort(key=lambda r: (when(r), r.session))
                 lines += [f"{depth}# `{name}`", "", _change_line(series), "",
                           "| " + " | ".join(COLUMNS) + " |",
                           "|" + "---|" * len(COLUMNS)]
@@ -152,17 +205,7 @@ def document(history: History, folder: Path, with_plots: bool = True,
                     lines += [f"{len(series) - len(shown)} older nights not shown (every "
                               "night: `python -m harness.history DIR --csv FILE`, or "
                               "`--nights 0`).", ""]
-    images = []
-    if jobs:  # matplotlib is imported only when something is drawn
-        from .plots import draw_all
-
-        drawn = [png for _, png in draw_all(jobs, workers)]
-        for (title, _, _), at, png in reversed(list(zip(jobs, links, drawn))):
-            if png is not None:  # None: nothing in the group to draw
-                lines[at:at] = [f"![{title}: tokens/s, peak memory and margins over the "
-                                f"nights]({png.name})", ""]
-        images = [png for png in drawn if png is not None]
-    return "\n".join(lines).rstrip() + "\n", images
+    return lines
 
 
 CSV_COLUMNS = ("config", "tag", "model", "case", *(f.name for f in

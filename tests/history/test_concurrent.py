@@ -55,7 +55,7 @@ def test_concurrent_writers_lose_nothing_and_record_each_row_once(tmp_path):
 _DRAW = r"""
 import json, multiprocessing, os, sys
 from pathlib import Path
-from harness.history.plots import draw_all
+from harness.history.plots import draw_all, drawing
 from tests.history.nights import row
 
 out = Path(sys.argv[1])
@@ -72,6 +72,14 @@ try:
     raised = None
 except OSError as error:
     raised = type(error).__name__
+# the caller's own work (the findings, the tables) fails while the figures are drawn
+try:
+    with drawing(jobs, workers=2) as finished:
+        busy = [p.pid for p in multiprocessing.active_children()]
+        raise RuntimeError("the tables failed")
+except RuntimeError as error:
+    caller = str(error)
+busy_alive = [pid for pid in busy if Path(f"/proc/{pid}").exists()]
 try:
     os.waitpid(-1, os.WNOHANG)
     unreaped = True
@@ -79,7 +87,8 @@ except ChildProcessError:  # no child at all: every worker was joined
     unreaped = False
 print(json.dumps({"pids": pids, "me": os.getpid(), "alive": alive, "raised": raised,
                   "children": len(multiprocessing.active_children()), "unreaped": unreaped,
-                  "drawn": [str(p) for _, p in done]}))
+                  "drawn": [str(p) for _, p in done], "caller": caller, "busy": busy,
+                  "busy_alive": busy_alive}))
 """
 
 
@@ -98,4 +107,6 @@ def test_figures_drawn_in_parallel_end_every_worker_on_success_and_on_error(tmp_
     assert said["me"] not in said["pids"] and 1 <= len(said["pids"]) <= 2  # by the workers
     assert said["alive"] == []  # each worker's pid gone once the figures were drawn
     assert said["raised"] in ("NotADirectoryError", "FileExistsError")
+    assert said["caller"] == "the tables failed"
+    assert len(said["busy"]) == 2 and said["busy_alive"] == []  # ended though not waited for
     assert said["children"] == 0 and said["unreaped"] is False
