@@ -62,6 +62,7 @@ MODULES: dict[str, str] = {
     "tests/history/test_concurrent.py": SUBPROCESS,
     "tests/history/test_findings.py": UNIT,
     "tests/history/test_history_cli.py": HEAVY,
+    "tests/history/test_plots.py": HEAVY,
     "tests/history/test_run_folders.py": UNIT,
     "tests/history/test_store.py": UNIT,
     "tests/infinitrain/test_infinitrain_config.py": TORCHRUN,

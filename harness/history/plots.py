@@ -6,8 +6,10 @@ nightlies of 200 cases is a handful of PNGs.
 Drawn for speed (the 2-second budget of docs/benchmarks.md section 12): matplotlib's Figure
 without pyplot (no figure manager, and pyplot's import is not paid), each panel's lines as one
 LineCollection (a year of 25 cases is 75 lines: one artist per panel, not 75), the nights as
-matplotlib date numbers computed once per date, and fixed margins instead of tight_layout
-(which draws the figure a second time to measure it)."""
+matplotlib date numbers computed once per date, fixed margins instead of tight_layout (which
+draws the figure a second time to measure it), and one figure per set of panels made once per
+process and drawn again for each group (its axes and their ticks are a quarter of a figure's
+time; tests/history/test_plots.py: each PNG byte for byte the one a new figure draws)."""
 
 from __future__ import annotations
 
@@ -105,19 +107,52 @@ def draw_all(jobs: list[Job], workers: int = 1) -> list[tuple[int, Path | None]]
         return finished()
 
 
+# Per process: each set of panels' figure, made once and drawn again for every group that has
+# those panels. Making a figure's axes and their ticks is about a quarter of drawing it; a
+# group's own artists (its lines, markers, title and legend) are taken off before the next.
+_CANVASES: dict[tuple, tuple[Figure, list]] = {}
+
+
+def _canvas(panels: tuple) -> tuple[Figure, list]:
+    if panels not in _CANVASES:
+        fig = Figure(figsize=(9, 2.4 * len(panels) + 0.6), dpi=80)
+        axes = list(fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
+        for ax, (label, _, scale) in zip(axes, panels):
+            ax.set_yscale(scale)
+            if scale == "log":  # plain numbers (130, 200), minor ticks labelled within a decade
+                ax.yaxis.set_major_formatter(LogFormatter())
+                ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False,
+                                                          minor_thresholds=(2, 0.5)))
+            ax.set_ylabel(label, fontsize=8)
+            ax.grid(True, alpha=0.3)
+            ax.tick_params(labelsize=7)
+        locator = AutoDateLocator()
+        axes[-1].xaxis.set_major_locator(locator)
+        axes[-1].xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        fig.subplots_adjust(left=0.1, right=0.97, top=0.93, bottom=0.08, hspace=0.12)
+        _CANVASES[panels] = fig, axes
+    fig, axes = _CANVASES[panels]
+    for ax in axes:  # the previous group's artists off, and its data limits forgotten
+        for artist in [*ax.collections, *ax.lines]:
+            artist.remove()
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+        ax.relim()
+    return fig, axes
+
+
 def group_figure(title: str, cases: dict[str, list[HistoryRow]], path: Path) -> Path | None:
     """The group's figure at `path`; None when no case has a number to draw."""
     names = sorted(cases)
     per_case = [_points(cases[name]) for name in names]
     drawn = {field: [p[field] for p in per_case] for _, field, _ in PANELS}
-    panels = [(label, field, scale) for label, field, scale in PANELS
-              if any(drawn[field])]
+    panels = tuple((label, field, scale) for label, field, scale in PANELS
+                   if any(drawn[field]))
     if not panels:
         return None
-    fig = Figure(figsize=(9, 2.4 * len(panels) + 0.6), dpi=80)
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    fig, axes = _canvas(panels)
     looks = series_styles(len(names))
-    for ax, (label, field, scale) in zip(axes, panels):
+    for ax, (_, field, _) in zip(axes, panels):
         lines = [(points, look) for points, look in zip(drawn[field], looks) if points]
         ax.add_collection(LineCollection(
             [points for points, _ in lines], colors=[look["color"] for _, look in lines],
@@ -127,18 +162,8 @@ def group_figure(title: str, cases: dict[str, list[HistoryRow]], path: Path) -> 
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, linestyle="none", marker=look["marker"], markersize=3,
                         color=look["color"])
-        ax.set_yscale(scale)
-        if scale == "log":  # plain numbers (130, 200), minor ticks labelled within a decade
-            ax.yaxis.set_major_formatter(LogFormatter())
-            ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False,
-                                                      minor_thresholds=(2, 0.5)))
+    for ax in axes:  # once every panel holds this group's data: the x axis is shared
         ax.autoscale_view()
-        ax.set_ylabel(label, fontsize=8)
-        ax.grid(True, alpha=0.3)
-        ax.tick_params(labelsize=7)
-    locator = AutoDateLocator()
-    axes[-1].xaxis.set_major_locator(locator)
-    axes[-1].xaxis.set_major_formatter(ConciseDateFormatter(locator))
     axes[0].set_title(title, fontsize=10, y=1.01)  # a y of its own: not placed by measuring
     if len(names) <= LEGEND_CASES:
         # a case's legend entry has its marker where its lines were drawn with markers
@@ -149,7 +174,6 @@ def group_figure(title: str, cases: dict[str, list[HistoryRow]], path: Path) -> 
                    for look, mark in zip(looks, marked)]
         axes[0].legend(handles, [n.split("/")[-1] for n in names], fontsize=6, ncol=4,
                        loc="best")
-    fig.subplots_adjust(left=0.1, right=0.97, top=0.93, bottom=0.08, hspace=0.12)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, pil_kwargs={"compress_level": 1})  # zlib's fastest: a year is 0.5 MB
     return path
