@@ -6,6 +6,8 @@ Plants this module catches, each named by the test that sees it:
      (in `judge` itself, or in `CaseRunner.judge` passing the reference as the run).
   B  a collected failure (the run crashed, `Collected.failure`) returned as a pass by
      `CaseRunner._run`, or judged on whatever dumps the crashed run left.
+  C  `settle` calibrating something other than the case's plan, reference, run and verdict,
+     or dropping the float64 oracle's ratio (survivors of the mutation run, 2026-12-04).
 """
 
 from __future__ import annotations
@@ -123,3 +125,66 @@ def test_a_collected_failure_is_the_outcome_never_a_pass(runner, tmp_path, monke
     assert "boom" in outcome.message
     assert outcome.record["status"] == "failed" and outcome.record["self_check"] == "failed"
     assert not judged, "a crashed run's dumps were judged"
+
+
+def _launched_and_judged(runner, planned, reference, collected, tmp_path):
+    """The launch and the verdict `settle` takes, for a run that passed."""
+    from harness.runner.stages import Judged
+
+    spec = SimpleNamespace(gradients_dir=collected.outputs.gradients_dir,
+                           output_dir=planned.out)
+    launched = SimpleNamespace(spec=spec, result=SimpleNamespace(argv=["trainer"]))
+    judged = runner.judge(planned, collected, reference)
+    return launched, Judged(judged.verdict, judged.reference_steps, judged.reference_losses,
+                            {"loss": {"ok": True}, "gradients": {"ok": True}})
+
+
+def test_a_calibration_session_measures_the_run_it_settles(runner, tmp_path, monkeypatch):
+    """--harness-calibrate: `settle` hands the float64 oracle and the repeats the case's own
+    plan (case, checkpoint, input, folder), its reference, the run's steps and, when the
+    verdict passed, the verdict's summary; the oracle's ratio is kept in what it settles,
+    and a calibration's problem is the case's error. Plants (mutation survivors of
+    `settle`): any of `_calibrate`'s four arguments None, the ratio not passed on."""
+    import dataclasses
+
+    from harness.runner import case_runner
+    from harness.runner.calibrate import CalibrationError
+
+    runner, case = runner
+    runner.settings = dataclasses.replace(runner.settings, calibrate_repeats=3)
+    planned, reference, collected = _staged(tmp_path, case)
+    same = SimpleNamespace(steps=REF_STEPS, gradients_dir=_dump(tmp_path / "run" / "g2",
+                                                                REF_GRADS))
+    collected = dataclasses.replace(collected, outputs=same)  # a run that passes
+    launched, judged = _launched_and_judged(runner, planned, reference, collected, tmp_path)
+    assert judged.verdict.ok
+    calls = []
+    monkeypatch.setattr(case_runner, "oracle_ratio", lambda *args: calls.append(
+        ("oracle", args)) or {"ratio": 0.5})
+    monkeypatch.setattr(case_runner, "measure", lambda *args: calls.append(("measure", args)))
+    settled = runner.settle(planned, launched, reference, collected, judged)
+    assert settled.outcome.status == "passed", settled.outcome.message
+    assert settled.fp64_ratio == {"ratio": 0.5}
+    assert calls == [
+        ("oracle", (runner, case, reference, planned.checkpoint, planned.input_bin, planned.out,
+                    REF_STEPS)),
+        ("measure", (runner, case, reference, planned.checkpoint, planned.input_bin,
+                     judged.summary))]
+
+    # a run that failed: the repeats get no summary to measure against, and it still fails
+    calls.clear()
+    differing = _staged(tmp_path / "failing", case)[2]  # the run off the reference
+    judged_failing = runner.judge(planned, differing, reference)
+    settled = runner.settle(planned, launched, reference, differing, judged_failing)
+    assert settled.outcome.status == "failed"
+    assert calls[1] == ("measure", (runner, case, reference, planned.checkpoint,
+                                    planned.input_bin, None))
+
+    def fails(*args):
+        raise CalibrationError("the repeats disagree: planted")
+
+    monkeypatch.setattr(case_runner, "measure", fails)
+    settled = runner.settle(planned, launched, reference, collected, judged)
+    assert (settled.outcome.status, settled.outcome.message) == (
+        "error", "t/gpt2/one: the repeats disagree: planted")
+    assert settled.fp64_ratio == {"ratio": 0.5}  # measured before the repeats failed
