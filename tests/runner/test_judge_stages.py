@@ -188,3 +188,44 @@ def test_a_calibration_session_measures_the_run_it_settles(runner, tmp_path, mon
     assert (settled.outcome.status, settled.outcome.message) == (
         "error", "t/gpt2/one: the repeats disagree: planted")
     assert settled.fp64_ratio == {"ratio": 0.5}  # measured before the repeats failed
+
+
+@pytest.mark.parametrize("self_check", ["passed", "failed"])
+@pytest.mark.parametrize("baseline", [None, "passed", "skipped", "failed", "error"])
+def test_settle_says_both_verdicts_each_under_its_name(runner, tmp_path, self_check, baseline):
+    """The outcome of each self-check x baseline status, and its text's first lines: a
+    baseline that failed or errored fails a case whose self-check passed, and the header
+    names what the run differs from. Plants (mutation survivors of `settle`): the baseline's
+    failing statuses misspelt or negated, `baseline_failed` None, the self-check's line
+    changed."""
+    import dataclasses
+
+    from harness.baseline.live import BaselineCheck
+
+    runner, case = runner
+    planned, reference, collected = _staged(tmp_path, case)
+    if self_check == "passed":
+        collected = dataclasses.replace(collected, outputs=SimpleNamespace(
+            steps=REF_STEPS, gradients_dir=_dump(tmp_path / "run" / "g2", REF_GRADS)))
+    launched, _ = _launched_and_judged(runner, planned, reference, collected, tmp_path)
+    judged = runner.judge(planned, collected, reference)
+    check = None if baseline is None else BaselineCheck(
+        "pytorch (live)", baseline, reason=f"planted {baseline}")
+    outcome = runner.settle(planned, launched, reference, collected, judged, check).outcome
+    red = baseline in ("failed", "error")
+    assert outcome.status == ("passed" if self_check == "passed" and not red else "failed")
+    if outcome.status == "passed":
+        assert outcome.message == ""
+        return
+    lines = outcome.message.splitlines()
+    against = [*(["the single-device reference"] if self_check == "failed" else []),
+               *(["the pytorch (live) baseline"] if red else [])]
+    assert lines[0] == f"t/gpt2/one: the run differs from {' and from '.join(against)}"
+    assert lines[1] == f"  self-check (against its own single-device run): {self_check}"
+    assert sum("self-check" in line for line in lines) == 1  # said once, as it went
+    said = f"  baseline (pytorch (live)): {baseline}: planted {baseline}"
+    assert (said in lines) is red
+    if self_check == "failed":
+        assert lines[2].startswith("  loss: ")  # the self-check's own lines under its name
+    assert lines[-3:] == [f"run folder: {planned.out}", f"reference: {reference.path}",
+                          "command: trainer"]
