@@ -229,3 +229,19 @@ def test_settle_says_both_verdicts_each_under_its_name(runner, tmp_path, self_ch
         assert lines[2].startswith("  loss: ")  # the self-check's own lines under its name
     assert lines[-3:] == [f"run folder: {planned.out}", f"reference: {reference.path}",
                           "command: trainer"]
+
+
+def test_judge_cuts_the_reference_by_the_shards_the_backend_names_for_the_flags(runner,
+                                                                                 tmp_path):
+    """A trainer that dumps un-gathered TP shards (InfiniTrain): `judge` asks the backend,
+    with the case's flags, how many shards a file is cut by, and compares slices. Plants
+    (mutation survivors of `CaseRunner.judge`): the shards left out, or asked of no flags."""
+    runner, case = runner
+    planned, reference, collected = _staged(tmp_path, case)
+    planned.flags = {"tensor_parallel": 2}
+    asked = []
+    runner.backend.gradient_shards = lambda flags: asked.append(flags) or int(
+        flags.get("tensor_parallel", 1))
+    judged = runner.judge(planned, collected, reference)
+    assert asked == [{"tensor_parallel": 2}]
+    assert "tp_slices" in judged.summary["gradients"]  # compared as TP-2 slices
