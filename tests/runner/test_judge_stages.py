@@ -245,3 +245,22 @@ def test_judge_cuts_the_reference_by_the_shards_the_backend_names_for_the_flags(
     judged = runner.judge(planned, collected, reference)
     assert asked == [{"tensor_parallel": 2}]
     assert "tp_slices" in judged.summary["gradients"]  # compared as TP-2 slices
+
+
+def test_a_calibration_that_cannot_judge_makes_the_plan_an_error(runner, monkeypatch):
+    """A calibration that is unreadable, or whose noise is above the ceiling, makes the case
+    an error before anything launches, named by the case. Plants (mutation survivors of
+    `CaseRunner.plan`): the status or the text changed or dropped."""
+    from harness.runner import case_runner
+    from harness.runner.calibrate import CalibrationError
+
+    runner, case = runner
+
+    def above(*args):
+        raise CalibrationError("the calibration x.json measured gradient noise 1e-4: planted")
+
+    monkeypatch.setattr(case_runner, "session_thresholds", above)
+    monkeypatch.setattr(runner, "model_files", lambda model: (None, None))
+    outcome = runner.plan(case, None)
+    assert (outcome.status, outcome.message) == (
+        "error", "t/gpt2/one: the calibration x.json measured gradient noise 1e-4: planted")
