@@ -264,3 +264,18 @@ def test_a_calibration_that_cannot_judge_makes_the_plan_an_error(runner, monkeyp
     outcome = runner.plan(case, None)
     assert (outcome.status, outcome.message) == (
         "error", "t/gpt2/one: the calibration x.json measured gradient noise 1e-4: planted")
+
+
+def test_the_plan_carries_the_thresholds_and_the_calibration_it_was_given(runner, monkeypatch):
+    """What the session's thresholds are (the defaults, or this machine's calibration) goes
+    into the plan whole: the record says which calibration judged the case. Plant (mutation
+    survivor of `CaseRunner.plan`): the calibration dropped."""
+    from harness.runner import case_runner
+
+    runner, case = runner
+    relative = RelativeThresholds(loss=2e-5, gradients=3e-5)
+    calibration = {"file": "x.json", "thresholds": relative.to_dict(), "problem": None}
+    monkeypatch.setattr(case_runner, "session_thresholds", lambda *args: (relative, calibration))
+    monkeypatch.setattr(runner, "model_files", lambda model: (None, None))
+    planned = runner.plan(case, None)
+    assert (planned.relative, planned.calibration) == (relative, calibration)
