@@ -22,6 +22,7 @@ from harness.runner.settings import (
     declarations,
     join_option_value,
     named_configs,
+    rootdir_problem,
 )
 from harness.session_folder import new_session_dir
 
@@ -63,6 +64,11 @@ _PREVIOUS_SIGTERM = pytest.StashKey[object]()
 def pytest_configure(config: pytest.Config) -> None:
     if threading.current_thread() is threading.main_thread():
         config.stash[_PREVIOUS_SIGTERM] = signal.signal(signal.SIGTERM, _terminated)
+    invocation = config.invocation_params
+    problem = rootdir_problem(list(invocation.args), invocation.dir, config.rootpath,
+                              config.inipath)
+    if problem:
+        raise pytest.UsageError(problem)
     try:
         options = Options.from_pytest(config.getoption)
         options.check()

@@ -102,6 +102,7 @@ MODULES: dict[str, str] = {
     "tests/plugin/test_plugin.py": SUBPROCESS,
     "tests/plugin/test_session_dir.py": UNIT,
     "tests/plugin/test_session_layout.py": UNIT,
+    "tests/plugin/test_rootdir.py": SUBPROCESS,
     "tests/plugin/test_slurm_args_option.py": SUBPROCESS,
     "tests/reference/test_cache.py": UNIT,
     "tests/reference/test_golden.py": UNIT,

@@ -253,6 +253,45 @@ class Options:
             else output / "reference-cache"
 
 
+def paths_read_as_test_paths(args: list[str], invocation_dir: Path) -> list[tuple[str, str]]:
+    """(flag, value) of each harness option written `--flag VALUE` (two words) whose VALUE is
+    an existing path outside `invocation_dir`. pytest finds its rootdir and its config file
+    before any plugin's options are known, from the command line's words that are existing
+    paths: such a VALUE is one of them, so the rootdir becomes an ancestor of it and of the
+    invocation folder, and the project's config file (its testpaths, the config's cases) is
+    not found. The first night of `--harness-output /srv/nightly` (not there yet) runs; every
+    night after it collects nothing. `--flag=VALUE` is one word, which pytest does not read
+    as a path."""
+    takes_value = {f.metadata["option"].flag for f in fields(Options)
+                   if "option" in f.metadata and f.metadata["option"].action != "store_true"}
+    found = []
+    for flag, value in zip(args, args[1:]):
+        if flag in takes_value and Path(invocation_dir, value).exists():
+            path = Path(invocation_dir, value).resolve()
+            if path != invocation_dir.resolve() and invocation_dir.resolve() not in path.parents:
+                found.append((flag, value))
+    return found
+
+
+def rootdir_problem(args: list[str], invocation_dir: Path, rootpath: Path,
+                    inipath: Path | None) -> str | None:
+    """Why this session cannot run as asked when harness options pulled pytest's rootdir away
+    from the project (paths_read_as_test_paths) and pytest found no config file there; None
+    when they did not, when a config file was found all the same (-c, one above both), or
+    when the command names its rootdir (--rootdir: pytest then takes it, whatever the paths)."""
+    pulled = paths_read_as_test_paths(args, invocation_dir)
+    if not pulled or inipath is not None or any(a == "--rootdir" or a.startswith("--rootdir=")
+                                                for a in args):
+        return None
+    return ("; ".join(f"{flag} {value}" for flag, value in pulled) + ": pytest read "
+            f"{'this path' if len(pulled) == 1 else 'these paths'} as a test path while "
+            f"finding its rootdir (before the harness's options are known), took {rootpath} as "
+            "the rootdir and found no config file there, so the project's testpaths and "
+            "cases would not be collected. Write "
+            + ", ".join(f"{flag}={value}" for flag, value in pulled)
+            + f" (one word), or add --rootdir={invocation_dir}")
+
+
 def named_configs(args: list[str]) -> list[Path]:
     """JSON files named as paths on the command line (pytest's args): harness configs, collected
     as cases (`pytest my_config.json`), wherever they are."""

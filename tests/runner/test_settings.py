@@ -19,6 +19,8 @@ from harness.runner.settings import (
     flag_of,
     named_configs,
     option_fields,
+    paths_read_as_test_paths,
+    rootdir_problem,
 )
 
 
@@ -149,3 +151,33 @@ def test_calibrate_is_checked_on_its_own_and_with_golden():
         Options(calibrate_repeats=2).check()
     with pytest.raises(ValueError, match="cannot be combined with --harness-golden"):
         Options(calibrate_repeats=3, golden_dir="g").check()
+
+
+def test_a_path_option_in_two_words_outside_the_folder_is_what_pulls_the_rootdir(tmp_path):
+    """pytest finds its rootdir from the command line's existing paths before the harness's
+    options are known: `--harness-output /elsewhere` (existing) is read as one of them, `=`
+    makes it one word. Only such values outside the invocation folder move the rootdir."""
+    here, elsewhere = tmp_path / "project", tmp_path / "nightly"
+    (here / "out").mkdir(parents=True)
+    elsewhere.mkdir()
+    assert paths_read_as_test_paths(["--harness-output", str(elsewhere), "--gpus", "8"],
+                                    here) == [("--harness-output", str(elsewhere))]
+    assert paths_read_as_test_paths([f"--harness-output={elsewhere}"], here) == []
+    assert paths_read_as_test_paths(["--harness-output", "out"], here) == []  # inside
+    assert paths_read_as_test_paths(["--harness-output", str(tmp_path / "none")], here) == []
+    # a flag that takes no value: the path after it is pytest's own argument, not ours
+    assert paths_read_as_test_paths(["--harness-golden-allow-mismatch", str(elsewhere)],
+                                    here) == []
+    assert paths_read_as_test_paths(["--harness-reference-cache", "../nightly"], here) == [
+        ("--harness-reference-cache", "../nightly")]
+    args = ["--harness-output", str(elsewhere), "--harness-config", str(elsewhere)]
+    problem = rootdir_problem(args, here, tmp_path, None)
+    assert problem.startswith(f"--harness-output {elsewhere}; --harness-config {elsewhere}: "
+                              "pytest read these paths as a test path")
+    assert f"took {tmp_path} as the rootdir and found no config file there" in problem
+    assert problem.endswith(f"Write --harness-output={elsewhere}, --harness-config="
+                            f"{elsewhere} (one word), or add --rootdir={here}")
+    assert rootdir_problem(args, here, tmp_path, tmp_path / "pytest.ini") is None  # -c
+    assert rootdir_problem([*args, "--rootdir", str(here)], here, here, None) is None
+    assert rootdir_problem([*args, f"--rootdir={here}"], here, here, None) is None
+    assert rootdir_problem([f"--harness-output={elsewhere}"], here, here, None) is None
