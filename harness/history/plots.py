@@ -100,13 +100,6 @@ def drawing(jobs: list[Job], workers: int = 1) -> Iterator[Callable[[], list]]:
         _JOBS = []
 
 
-def draw_all(jobs: list[Job], workers: int = 1) -> list[tuple[int, Path | None]]:
-    """Every figure, in order, as (the pid that drew it, its path or None): `drawing`, waited
-    for at once."""
-    with drawing(jobs, workers) as finished:
-        return finished()
-
-
 # Per process: each set of panels' figure, made once and drawn again for every group that has
 # those panels. Making a figure's axes and their ticks is about a quarter of drawing it; a
 # group's own artists (its lines, markers, title and legend) are taken off before the next.

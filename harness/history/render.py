@@ -8,6 +8,7 @@ the document, and the document says how many there are.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import math
@@ -131,24 +132,22 @@ def document(history: History, folder: Path, with_plots: bool = True,
             stem = slug(f"history-{config}-{tag}-{model}" if several
                         else f"history-{tag}-{model}")
             jobs.append((f"{tag} / {model}", cases, folder / f"{stem}.png"))
-    if not jobs:
-        found = all_findings(history.rows)
-        return Rendered(_text(history, configs, found, table_nights, []), [], found)
-    from .plots import drawing  # matplotlib is imported only when something is drawn
+    if jobs:
+        from .plots import drawing  # matplotlib is imported only when something is drawn
 
-    with drawing(jobs, workers) as finished:
+        figures = drawing(jobs, workers)
+    else:
+        figures = contextlib.nullcontext(lambda: [])
+    with figures as finished:
         found = all_findings(history.rows)
         lines = _lines(history, configs, found, table_nights)
         drawn = [png for _, png in finished()]
-    return Rendered(_text(history, configs, found, table_nights, drawn, lines),
-                    [png for png in drawn if png is not None], found)
+    return Rendered(_text(lines, drawn), [png for png in drawn if png is not None], found)
 
 
-def _text(history: History, configs: list, found: list[Finding], table_nights: int,
-          drawn: list[Path | None], lines: list | None = None) -> str:
-    """The document, each group's figure (`drawn`, in group order; None: nothing to draw)
-    linked under its heading."""
-    lines = _lines(history, configs, found, table_nights) if lines is None else lines
+def _text(lines: list, drawn: list[Path | None]) -> str:
+    """The document from its lines, each group's figure (`drawn`, in group order; None:
+    nothing to draw) linked in its group's place."""
     figures = iter(drawn)
     out = []
     for line in lines:

@@ -48,27 +48,29 @@ def test_concurrent_writers_lose_nothing_and_record_each_row_once(tmp_path):
     assert {(r.session, r.name) for r in history.rows} == expected
 
 
-# The figures drawn in forked workers (plots.draw_all), run in a fresh single-threaded
+# The figures drawn in forked workers (plots.drawing), run in a fresh single-threaded
 # interpreter as the CLI is (fork() from this test's process, which may hold threads, is not
 # what the CLI does): every worker is ended and reaped when the figures are done and when a
 # figure fails, checked by its pid.
 _DRAW = r"""
 import json, multiprocessing, os, sys
 from pathlib import Path
-from harness.history.plots import draw_all, drawing
+from harness.history.plots import drawing
 from tests.history.nights import row
 
 out = Path(sys.argv[1])
 cases = {f"basic/gpt2/c{c}": [row(i, name=f"basic/gpt2/c{c}") for i in range(5)]
          for c in range(3)}
 jobs = [(f"g{i}", cases, out / f"f{i}.png") for i in range(4)]
-done = draw_all(jobs, workers=2)
+with drawing(jobs, workers=2) as finished:
+    done = finished()
 pids = sorted({pid for pid, _ in done})
 alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 # a figure that cannot be written: its folder is a file
 failing = [jobs[0], ("bad", cases, out / "f1.png" / "x.png")]
 try:
-    draw_all(failing, workers=2)
+    with drawing(failing, workers=2) as finished:
+        finished()
     raised = None
 except OSError as error:
     raised = type(error).__name__

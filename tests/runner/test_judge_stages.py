@@ -127,16 +127,11 @@ def test_a_collected_failure_is_the_outcome_never_a_pass(runner, tmp_path, monke
     assert not judged, "a crashed run's dumps were judged"
 
 
-def _launched_and_judged(runner, planned, reference, collected, tmp_path):
-    """The launch and the verdict `settle` takes, for a run that passed."""
-    from harness.runner.stages import Judged
-
+def _launched(planned, collected):
+    """What `settle` takes of the launch: where the run wrote, and its command."""
     spec = SimpleNamespace(gradients_dir=collected.outputs.gradients_dir,
                            output_dir=planned.out)
-    launched = SimpleNamespace(spec=spec, result=SimpleNamespace(argv=["trainer"]))
-    judged = runner.judge(planned, collected, reference)
-    return launched, Judged(judged.verdict, judged.reference_steps, judged.reference_losses,
-                            {"loss": {"ok": True}, "gradients": {"ok": True}})
+    return SimpleNamespace(spec=spec, result=SimpleNamespace(argv=["trainer"]))
 
 
 def test_a_calibration_session_measures_the_run_it_settles(runner, tmp_path, monkeypatch):
@@ -156,7 +151,7 @@ def test_a_calibration_session_measures_the_run_it_settles(runner, tmp_path, mon
     same = SimpleNamespace(steps=REF_STEPS, gradients_dir=_dump(tmp_path / "run" / "g2",
                                                                 REF_GRADS))
     collected = dataclasses.replace(collected, outputs=same)  # a run that passes
-    launched, judged = _launched_and_judged(runner, planned, reference, collected, tmp_path)
+    launched, judged = _launched(planned, collected), runner.judge(planned, collected, reference)
     assert judged.verdict.ok
     calls = []
     monkeypatch.setattr(case_runner, "oracle_ratio", lambda *args: calls.append(
@@ -207,8 +202,7 @@ def test_settle_says_both_verdicts_each_under_its_name(runner, tmp_path, self_ch
     if self_check == "passed":
         collected = dataclasses.replace(collected, outputs=SimpleNamespace(
             steps=REF_STEPS, gradients_dir=_dump(tmp_path / "run" / "g2", REF_GRADS)))
-    launched, _ = _launched_and_judged(runner, planned, reference, collected, tmp_path)
-    judged = runner.judge(planned, collected, reference)
+    launched, judged = _launched(planned, collected), runner.judge(planned, collected, reference)
     check = None if baseline is None else BaselineCheck(
         "pytorch (live)", baseline, reason=f"planted {baseline}")
     outcome = runner.settle(planned, launched, reference, collected, judged, check).outcome
