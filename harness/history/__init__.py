@@ -11,6 +11,8 @@ last week" section.
     run_folders.py   InfiniTrain run folders (logs/[<tag>/]<model>_<case>.log, run_metadata.log)
                      as rows
     findings.py      regressions from the series: steps, drift, flaky and broken builds
+    drawing.py       what each figure draws (a case's points), and the worker processes that
+                     draw them beside the text (no matplotlib here)
     plots.py         one figure per tag x model: tokens/s, peak memory, margin over the nights
     render.py        history.md, the "Since last week" section, the CSV
     cli.py           `python -m harness.history`

@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.report.reading import DEFAULT_ROOT
 from harness.results.location import env_output
 
+from .drawing import Drawers
 from .findings import since
 from .render import TABLE_NIGHTS, document, write_csv
 from .run_folders import read_run_folders
@@ -64,29 +65,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness.history: {output}: no such folder; expected an output folder "
               "(holding sessions/), e.g. the pytest run's --harness-output", file=sys.stderr)
         return 2
-    # One read of the history (a year of nights is 73,000 rows), read again only when this
-    # run added to it: a session's cases are appended at its finish, so a nightly adds none.
-    history = read_history(history_path(output))
-    added, notes = sync(output, history)
-    imported = 0
-    if args.runs:
-        rows, problems = read_run_folders([Path(r) for r in args.runs])
-        notes += problems
-        imported = append_rows(history_path(output), rows)
-        print(f"imported {imported} run{'s' * (imported != 1)} "
-              f"({len(rows) - imported} already in the history)")
-    if added or imported:
-        first_read = history.notes
+    # The figures' workers first, so they import matplotlib while this process reads the
+    # history (it has one thread here, so forking is safe: drawing.Drawers)
+    with Drawers(1 if args.no_plots else _cpus()) as drawers:
+        # One read of the history (a year of nights is 73,000 rows), read again only when this
+        # run added to it: a session's cases are appended at its finish, so a nightly adds none.
         history = read_history(history_path(output))
-        history.notes[:0] = first_read
-    history.notes[:0] = notes
-    for note in history.notes:
-        print(f"harness.history: {note}", file=sys.stderr)
-    markdown = Path(args.markdown) if args.markdown else history_path(output).with_name(
-        "history.md")
-    # The figures in parallel: this process has one thread, so forking is safe (plots.drawing)
-    rendered = document(history, markdown.parent, with_plots=not args.no_plots,
-                        table_nights=args.nights, workers=_cpus())
+        added, notes = sync(output, history)
+        imported = 0
+        if args.runs:
+            rows, problems = read_run_folders([Path(r) for r in args.runs])
+            notes += problems
+            imported = append_rows(history_path(output), rows)
+            print(f"imported {imported} run{'s' * (imported != 1)} "
+                  f"({len(rows) - imported} already in the history)")
+        if added or imported:
+            first_read = history.notes
+            history = read_history(history_path(output))
+            history.notes[:0] = first_read
+        history.notes[:0] = notes
+        for note in history.notes:
+            print(f"harness.history: {note}", file=sys.stderr)
+        markdown = Path(args.markdown) if args.markdown else history_path(output).with_name(
+            "history.md")
+        rendered = document(history, markdown.parent, with_plots=not args.no_plots,
+                            table_nights=args.nights, drawers=drawers)
     found, images = rendered.found, rendered.images
     recent = since(history.rows, found=found)
     markdown.parent.mkdir(parents=True, exist_ok=True)

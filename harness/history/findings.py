@@ -36,7 +36,6 @@ import math
 import statistics
 from dataclasses import dataclass
 from datetime import timedelta
-from operator import attrgetter
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -52,6 +51,7 @@ BEYOND = 0.1  # the quantile of the nights before that every night after must pa
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # a median's standard error over a mean's (normal)
 DRIFT_NIGHTS, DRIFT_MIN_NIGHTS, DRIFT_TAU, DRIFT_FACTOR = 10, 5, -0.6, 4.0
 BAD = ("failed", "error")
+RAN = ("passed", "failed", "ran")  # the nights whose throughput counts
 METRICS = {"tokens_per_s": "tokens/s", "peak_memory_mb": "peak memory"}
 MARGINS = {"loss_margin": "loss margin", "gradient_margin": "gradient margin"}
 
@@ -185,12 +185,14 @@ def _series(rows: list[HistoryRow]) -> SeriesOf:
 def metric_steps(rows: list[HistoryRow], series_of: SeriesOf | None = None) -> list[Finding]:
     found = []
     for (config, machine, name), series in (series_of or _series(rows)).items():
-        ran = [r for r in series if r.status in ("passed", "failed", "ran")]
         for field, label in METRICS.items():
-            pairs = [(r, v) for r, v in zip(ran, map(attrgetter(field), ran))
-                     if v is not None and 0 < v < math.inf]
-            points = [r for r, _ in pairs]
-            for step in find_steps([v for _, v in pairs]):
+            points, values = [], []  # the nights that ran with a number, in one pass
+            for r in series:
+                v = getattr(r, field)
+                if v is not None and 0 < v < math.inf and r.status in RAN:
+                    points.append(r)
+                    values.append(v)
+            for step in find_steps(values):
                 row = points[step.index]
                 worse = step.ratio < 1 if field == "tokens_per_s" else step.ratio > 1
                 text = (f"{label} {'fell' if step.ratio < 1 else 'rose'} "
@@ -281,7 +283,7 @@ def since(rows: list[HistoryRow], days: float = 7.0, found: list[Finding] | None
     `found` when the rows' findings are at hand (all_findings(rows)), else found now."""
     if not rows:
         return []
-    newest = max(when(r) for r in rows)
+    newest = max(map(when, rows))
     start = newest - timedelta(days=days)
     found = all_findings(rows) if found is None else found
     return [f for f in found if f.kind == "drift" or when(f.row) > start]
@@ -289,12 +291,13 @@ def since(rows: list[HistoryRow], days: float = 7.0, found: list[Finding] | None
 
 def last_change(series: list[HistoryRow]) -> HistoryRow | None:
     """The night the case last changed status (between passed and failed / error, or to or
-    from skipped), None when it never did."""
-    last = None
-    for older, newer in zip(series, series[1:]):
-        if _verdict(older) != _verdict(newer):
-            last = newer
-    return last
+    from skipped), None when it never did. Looked for from the newest night back: a year's
+    series mostly changed last near its end, or never."""
+    for i in range(len(series) - 1, 0, -1):
+        older, newer = series[i - 1], series[i]
+        if older.status != newer.status and _verdict(older) != _verdict(newer):
+            return newer
+    return None
 
 
 def _verdict(row: HistoryRow) -> str:

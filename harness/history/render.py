@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harness.report.values import slug
 
+from .drawing import Drawers, case_points
 from .findings import Finding, all_findings, last_change, since
 from .rows import HistoryRow
 from .store import History, when
@@ -101,44 +102,45 @@ class Rendered:
 
 
 def _configs(history: History) -> list[tuple[str, dict[tuple[str, str], dict]]]:
-    """Each config's groups, tag x model -> case name -> its rows (oldest first), in the
-    order the document shows them."""
+    """Each config's groups, tag x model -> case name -> its rows (oldest first, as the
+    history holds them), in the order the document shows them."""
+    series: dict[tuple[str, str], list[HistoryRow]] = {}
+    for row in history.rows:
+        key = (row.config, row.name)
+        rows = series.get(key)
+        if rows is None:
+            series[key] = [row]
+        else:
+            rows.append(row)
     out = []
     for config in history.configs():
         groups: dict[tuple[str, str], dict[str, list[HistoryRow]]] = {}
-        for row in history.rows:
-            if row.config == config:
-                groups.setdefault((row.tag, row.model), {}).setdefault(row.name, []).append(row)
-        for cases in groups.values():
-            for series in cases.values():
-                series.sort(key=lambda r: (when(r), r.session))
+        for (of, name), rows in series.items():
+            if of == config:
+                tag, model, _ = name.split("/")
+                groups.setdefault((tag, model), {})[name] = rows
         out.append((config, dict(sorted(groups.items()))))
     return out
 
 
 def document(history: History, folder: Path, with_plots: bool = True,
-             table_nights: int = TABLE_NIGHTS, workers: int = 1) -> Rendered:
+             table_nights: int = TABLE_NIGHTS, drawers: Drawers | None = None) -> Rendered:
     """history.md's text, the plots written beside it in `folder`, and the history's findings;
     `table_nights`: the newest nights each case's table shows (0: all; the plots always show
-    every night); `workers`: processes the plots are drawn in (plots.drawing: more than one
-    only from a process of one thread, the CLI), while this one finds the findings and
-    writes the tables: on a machine of two cores the figures are the most of a year's
-    render, and they need neither."""
+    every night); `drawers`: the processes the plots are drawn in while this one finds the
+    findings and writes the tables (drawing.Drawers; none: drawn here, after them)."""
     configs = _configs(history)
     several = len(configs) > 1
-    jobs = []  # the figures, in document order: (title, cases, path)
+    jobs = []  # the figures, in document order: (title, each case's points, path)
     for config, groups in configs if with_plots else ():
         for (tag, model), cases in groups.items():
             stem = slug(f"history-{config}-{tag}-{model}" if several
                         else f"history-{tag}-{model}")
-            jobs.append((f"{tag} / {model}", cases, folder / f"{stem}.png"))
-    if jobs:
-        from .plots import drawing  # matplotlib is imported only when something is drawn
-
-        figures = drawing(jobs, workers)
-    else:
-        figures = contextlib.nullcontext(lambda: [])
-    with figures as finished:
+            jobs.append((f"{tag} / {model}",
+                         {name: case_points(series) for name, series in cases.items()},
+                         folder / f"{stem}.png"))
+    with Drawers(1) if drawers is None else contextlib.nullcontext(drawers) as drawing:
+        finished = drawing.draw(jobs)
         found = all_findings(history.rows)
         lines = _lines(history, configs, found, table_nights)
         drawn = [png for _, png in finished()]

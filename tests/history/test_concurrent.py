@@ -48,35 +48,37 @@ def test_concurrent_writers_lose_nothing_and_record_each_row_once(tmp_path):
     assert {(r.session, r.name) for r in history.rows} == expected
 
 
-# The figures drawn in forked workers (plots.drawing), run in a fresh single-threaded
+# The figures drawn in forked workers (drawing.Drawers), run in a fresh single-threaded
 # interpreter as the CLI is (fork() from this test's process, which may hold threads, is not
-# what the CLI does): every worker is ended and reaped when the figures are done and when a
-# figure fails, checked by its pid.
+# what the CLI does): every worker is ended and reaped when the figures are done, when a
+# figure fails and when the caller's own work fails, checked by its pid.
 _DRAW = r"""
 import json, multiprocessing, os, sys
 from pathlib import Path
-from harness.history.plots import drawing
+from harness.history.drawing import Drawers, case_points
 from tests.history.nights import row
 
 out = Path(sys.argv[1])
-cases = {f"basic/gpt2/c{c}": [row(i, name=f"basic/gpt2/c{c}") for i in range(5)]
+cases = {f"basic/gpt2/c{c}": case_points([row(i, name=f"basic/gpt2/c{c}") for i in range(5)])
          for c in range(3)}
 jobs = [(f"g{i}", cases, out / f"f{i}.png") for i in range(4)]
-with drawing(jobs, workers=2) as finished:
-    done = finished()
+with Drawers(2) as drawers:
+    started = sorted(p.pid for p in multiprocessing.active_children())
+    done = drawers.draw(jobs)()
 pids = sorted({pid for pid, _ in done})
-alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+alive = [pid for pid in started if Path(f"/proc/{pid}").exists()]
 # a figure that cannot be written: its folder is a file
 failing = [jobs[0], ("bad", cases, out / "f1.png" / "x.png")]
 try:
-    with drawing(failing, workers=2) as finished:
-        finished()
+    with Drawers(2) as drawers:
+        drawers.draw(failing)()
     raised = None
 except OSError as error:
     raised = type(error).__name__
 # the caller's own work (the findings, the tables) fails while the figures are drawn
 try:
-    with drawing(jobs, workers=2) as finished:
+    with Drawers(2) as drawers:
+        drawers.draw(jobs)
         busy = [p.pid for p in multiprocessing.active_children()]
         raise RuntimeError("the tables failed")
 except RuntimeError as error:
@@ -87,10 +89,10 @@ try:
     unreaped = True
 except ChildProcessError:  # no child at all: every worker was joined
     unreaped = False
-print(json.dumps({"pids": pids, "me": os.getpid(), "alive": alive, "raised": raised,
-                  "children": len(multiprocessing.active_children()), "unreaped": unreaped,
-                  "drawn": [str(p) for _, p in done], "caller": caller, "busy": busy,
-                  "busy_alive": busy_alive}))
+print(json.dumps({"pids": pids, "started": started, "me": os.getpid(), "alive": alive,
+                  "raised": raised, "children": len(multiprocessing.active_children()),
+                  "unreaped": unreaped, "drawn": [str(p) for _, p in done], "caller": caller,
+                  "busy": busy, "busy_alive": busy_alive}))
 """
 
 
@@ -106,7 +108,8 @@ def test_figures_drawn_in_parallel_end_every_worker_on_success_and_on_error(tmp_
     said = json.loads(done.stdout.strip().splitlines()[-1])
     assert said["drawn"] == [str(tmp_path / f"f{i}.png") for i in range(4)]
     assert all((tmp_path / f"f{i}.png").stat().st_size > 0 for i in range(4))
-    assert said["me"] not in said["pids"] and 1 <= len(said["pids"]) <= 2  # by the workers
+    assert len(said["started"]) == 2  # forked on entry, before any figure was asked for
+    assert said["me"] not in said["pids"] and set(said["pids"]) <= set(said["started"])
     assert said["alive"] == []  # each worker's pid gone once the figures were drawn
     assert said["raised"] in ("NotADirectoryError", "FileExistsError")
     assert said["caller"] == "the tables failed"

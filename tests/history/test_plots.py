@@ -6,15 +6,17 @@ from __future__ import annotations
 import math
 
 from harness.history import plots
+from harness.history.drawing import case_points
 
 from .nights import row
 
 
 def _group(cases: int, nights: int, **values) -> dict:
-    """`cases` cases of `nights` nights each, their tokens/s apart and moving night to night."""
-    return {f"basic/gpt2/c{c}": [row(i, name=f"basic/gpt2/c{c}", **{
+    """The points of `cases` cases of `nights` nights each, their tokens/s apart and moving night
+    to night."""
+    return {f"basic/gpt2/c{c}": case_points([row(i, name=f"basic/gpt2/c{c}", **{
         "tokens_per_s": 1000.0 * (c + 1) + 50 * math.sin(i + c), **values})
-        for i in range(nights)] for c in range(cases)}
+        for i in range(nights)]) for c in range(cases)}
 
 
 def test_a_figure_drawn_on_a_reused_canvas_is_the_figure_drawn_fresh(tmp_path):
