@@ -27,7 +27,9 @@ from matplotlib.ticker import LogFormatter  # noqa: E402
 
 from harness.report.styles import series_styles  # noqa: E402
 
-from .drawing import CasePoints  # noqa: E402
+# A case's points per panel field, [(night, value)] (drawing.case_points, which imports this
+# module in the workers: named here again, not imported, so the two do not import each other)
+CasePoints = dict[str, list[tuple[float, float]]]
 
 PANELS = (("tokens/s", "tokens_per_s", "linear"), ("peak MB", "peak_memory_mb", "linear"),
           ("margin (×, smaller of loss and gradients)", "margin", "log"))
