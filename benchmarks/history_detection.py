@@ -18,7 +18,9 @@ is not normal stays as it was measured). Detection: QUIET nights, then a
 step of `--step` (a slowdown); the night the step is first named (find_steps over the nights
 known by then, at its true first night) counted from the step's first night. False alarms:
 30 quiet nights (as tests/history/test_findings.py), any step named anywhere. Both for a
-range of STEP_Z, so the chosen one can be read against its neighbours.
+range of STEP_Z, so the chosen one can be read against its neighbours; then, for comparison,
+a rule made for a noise of rare slow nights (three nights in a row each at least X slower),
+for a range of X: what a rule that knows the noise's shape finds at the same false alarms.
 
 render: a history of `--nights` x `--cases` rows (4 tags x 2 models, statuses, margins,
 tokens/s, memory) written as history.jsonl, then `python -m harness.history DIR` timed as a
@@ -148,6 +150,35 @@ def detection(sigma: float | np.ndarray, step: float, n: int, seed: int) -> list
         table.append([f"{z:g}" + (" (STEP_Z)" if z == findings.STEP_Z else ""),
                       *(f"{share:.1%}" for share in by_night),
                       f"{alarms / n * 100:.2f}"])
+    return table
+
+
+THRESHOLD_SHARES = (0.03, 0.035, 0.04, 0.045, 0.05)
+
+
+def threshold_rule(sigma: float | np.ndarray, step: float, n: int, seed: int) -> list[list]:
+    """For comparison with find_steps, a rule made for a noise of rare slow nights: a step at a
+    night when it and the WITHIN - 1 nights after it are all at least X slower than the median
+    of the (up to 14) nights before. Found: at the step's WITHIN-th night, in series as
+    `detection` makes them; false alarms: any night of FALSE_ALARM_NIGHTS quiet ones (at least
+    5 nights before it) where the rule holds. One row per X: how much a rule that knows the
+    noise's shape can find at about one false alarm per 100 series (vectorized over series)."""
+    table = []
+    for share in THRESHOLD_SHARES:
+        drop = math.log1p(-share)
+        rng = np.random.default_rng(seed)
+        stepped = np.log(np.stack([series(rng, sigma, QUIET + WITHIN, QUIET, 1 - step)
+                                   for _ in range(n)]))
+        base = np.median(stepped[:, QUIET - 14:QUIET], axis=1)
+        found = np.all(stepped[:, QUIET:] <= (base + drop)[:, None], axis=1)
+        rng = np.random.default_rng(seed + 1)
+        quiet = np.log(np.stack([series(rng, sigma, FALSE_ALARM_NIGHTS, None, 1.0)
+                                 for _ in range(n)]))
+        alarm = np.zeros(n, dtype=bool)
+        for t in range(5, FALSE_ALARM_NIGHTS - WITHIN + 1):
+            base = np.median(quiet[:, max(0, t - 14):t], axis=1)
+            alarm |= np.all(quiet[:, t:t + WITHIN] <= (base + drop)[:, None], axis=1)
+        table.append([f"{share:.1%}", f"{found.mean():.1%}", f"{alarm.mean() * 100:.2f}"])
     return table
 
 
@@ -316,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
                    "false alarms / 100"]
         print(tabulate(detection(noise, args.step, args.series, args.seed),
                        headers=headers, tablefmt=args.tablefmt))
+        print(f"for comparison: a step called when {WITHIN} nights in a row are each at least X "
+              "slower than the median of the nights before")
+        print(tabulate(threshold_rule(noise, args.step, args.series, args.seed),
+                       headers=["X", f"found by night {WITHIN}", "false alarms / 100"],
+                       tablefmt=args.tablefmt))
     else:
         with tempfile.TemporaryDirectory(prefix="history-render-") as tmp:
             out = Path(tmp)

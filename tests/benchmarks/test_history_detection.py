@@ -4,6 +4,7 @@ trainer run and no timing asserted."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -38,6 +39,21 @@ def test_the_detection_table_has_a_row_per_threshold_and_finds_a_clear_step():
     by_night = [float(x.rstrip("%")) for x in chosen[1:4]]
     assert by_night == sorted(by_night) and by_night[-1] == 100.0  # 10 sigma: always found
     assert float(chosen[4]) <= 2.5  # at most one false alarm in 40 quiet series
+
+
+def test_the_threshold_rule_finds_a_step_beyond_its_share_and_alarms_on_rare_slow_nights():
+    """The comparison rule: a 5% step in 0.5% noise makes three nights each at least 3% slower
+    (always found), mostly at least 4% slower, and seldom each at least 5% slower; quiet nights
+    of 0.5% noise never all fall 3% (no alarm), while nights of which 30% are 6% slow do,
+    three in a row, in many of the series."""
+    table = bench.threshold_rule(0.005, 0.05, n=200, seed=1)
+    assert [r[0] for r in table] == [f"{x:.1%}" for x in bench.THRESHOLD_SHARES]
+    found = {r[0]: float(r[1].rstrip("%")) for r in table}
+    assert found["3.0%"] == 100.0 and found["4.0%"] >= 85.0 and found["5.0%"] < 70.0
+    assert all(float(r[2]) == 0.0 for r in table)
+    slow_nights = np.array([0.0] * 7 + [math.log(0.94)] * 3)  # resampled: 30% of nights slow
+    alarms = {r[0]: float(r[2]) for r in bench.threshold_rule(slow_nights, 0.05, 200, 1)}
+    assert alarms["4.0%"] > 20.0 and alarms["5.0%"] > 20.0
 
 
 def test_a_step_is_timed_from_its_first_night():
