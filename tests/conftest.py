@@ -25,6 +25,14 @@ def _evaluate(markexpr: str, marks: set[str]) -> bool:
 
 def pytest_configure(config):
     ours = config.rootpath == REPO  # not a session a test starts elsewhere
+    if ours and hasattr(config, "workerinput"):
+        # An xdist worker: the processes its tests start (sessions, their single-device
+        # references) run with one OpenMP thread, as the harness runs CPU ranks
+        # (harness.launch.backends), not with every core each beside the other workers.
+        # Measured, fresh-clone CI on 2 cores: 12 min 30 s -> 11 min 14 s, CPU 19.3 -> 17.2 min.
+        threads = os.environ.setdefault("OMP_NUM_THREADS", "1")
+        if "torch" in sys.modules and threads.isdigit() and int(threads) > 0:
+            sys.modules["torch"].set_num_threads(int(threads))
     try:
         none = ours and selects_none_of_ours(config.option.markexpr or "", _evaluate)
     except Exception:  # an expression pytest will refuse itself, or a pytest without the module
