@@ -159,9 +159,10 @@ THRESHOLD_SHARES = (0.03, 0.035, 0.04, 0.045, 0.05)
 def threshold_rule(sigma: float | np.ndarray, step: float, n: int, seed: int) -> list[list]:
     """For comparison with find_steps, a rule made for a noise of rare slow nights: a step at a
     night when it and the WITHIN - 1 nights after it are all at least X slower than the median
-    of the (up to 14) nights before. Found: at the step's WITHIN-th night, in series as
-    `detection` makes them; false alarms: any night of FALSE_ALARM_NIGHTS quiet ones (at least
-    5 nights before it) where the rule holds. One row per X: how much a rule that knows the
+    of the (up to findings.BEFORE) nights before, find_steps' own window. Found: at the step's
+    WITHIN-th night, in series as `detection` makes them; false alarms: any night of
+    FALSE_ALARM_NIGHTS quiet ones (at least findings.MIN_BEFORE nights before it) where the
+    rule holds. One row per X: how much a rule that knows the
     noise's shape can find at about one false alarm per 100 series (vectorized over series)."""
     table = []
     for share in THRESHOLD_SHARES:
@@ -169,14 +170,14 @@ def threshold_rule(sigma: float | np.ndarray, step: float, n: int, seed: int) ->
         rng = np.random.default_rng(seed)
         stepped = np.log(np.stack([series(rng, sigma, QUIET + WITHIN, QUIET, 1 - step)
                                    for _ in range(n)]))
-        base = np.median(stepped[:, QUIET - 14:QUIET], axis=1)
+        base = np.median(stepped[:, QUIET - findings.BEFORE:QUIET], axis=1)
         found = np.all(stepped[:, QUIET:] <= (base + drop)[:, None], axis=1)
         rng = np.random.default_rng(seed + 1)
         quiet = np.log(np.stack([series(rng, sigma, FALSE_ALARM_NIGHTS, None, 1.0)
                                  for _ in range(n)]))
         alarm = np.zeros(n, dtype=bool)
-        for t in range(5, FALSE_ALARM_NIGHTS - WITHIN + 1):
-            base = np.median(quiet[:, max(0, t - 14):t], axis=1)
+        for t in range(findings.MIN_BEFORE, FALSE_ALARM_NIGHTS - WITHIN + 1):
+            base = np.median(quiet[:, max(0, t - findings.BEFORE):t], axis=1)
             alarm |= np.all(quiet[:, t:t + WITHIN] <= (base + drop)[:, None], axis=1)
         table.append([f"{share:.1%}", f"{found.mean():.1%}", f"{alarm.mean() * 100:.2f}"])
     return table

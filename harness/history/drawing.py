@@ -28,7 +28,6 @@ from .store import moment
 # A case's points, per panel field: [(night, value)], the night in matplotlib's date numbers
 # (days since 1970-01-01 UTC, its default epoch: date2num's value, without importing it).
 CasePoints = dict[str, list[tuple[float, float]]]
-FIELDS = ("tokens_per_s", "peak_memory_mb", "margin")
 Job = tuple[str, dict[str, CasePoints], Path]  # a figure: its title, its cases' points, its path
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

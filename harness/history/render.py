@@ -8,7 +8,6 @@ the document, and the document says how many there are.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import math
@@ -139,11 +138,11 @@ def document(history: History, folder: Path, with_plots: bool = True,
             jobs.append((f"{tag} / {model}",
                          {name: case_points(series) for name, series in cases.items()},
                          folder / f"{stem}.png"))
-    with Drawers(1) if drawers is None else contextlib.nullcontext(drawers) as drawing:
-        finished = drawing.draw(jobs)
-        found = all_findings(history.rows)
-        lines = _lines(history, configs, found, table_nights)
-        drawn = [png for _, png in finished()]
+    # a caller's Drawers ends its own workers; Drawers(1) has none, and draws at finished()
+    finished = (drawers or Drawers(1)).draw(jobs)
+    found = all_findings(history.rows)
+    lines = _lines(history, configs, found, table_nights)
+    drawn = [png for _, png in finished()]
     return Rendered(_text(lines, drawn), [png for png in drawn if png is not None], found)
 
 
