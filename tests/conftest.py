@@ -29,7 +29,8 @@ def pytest_configure(config):
         # An xdist worker: the processes its tests start (sessions, their single-device
         # references) run with one OpenMP thread, as the harness runs CPU ranks
         # (harness.launch.backends), not with every core each beside the other workers.
-        # Measured, fresh-clone CI on 2 cores: 12 min 30 s -> 11 min 14 s, CPU 19.3 -> 17.2 min.
+        # Measured on 2 cores: one session-heavy test alone 36.3 -> 30.1 s; whole fresh-clone
+        # CI runs vary more than that here (11 min 14 s to 12 min 30 s with it).
         threads = os.environ.setdefault("OMP_NUM_THREADS", "1")
         if "torch" in sys.modules and threads.isdigit() and int(threads) > 0:
             sys.modules["torch"].set_num_threads(int(threads))
