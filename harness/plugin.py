@@ -99,6 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "header": None,
         "calibration": [],  # what a calibration session wrote (the terminal's lines)
         "history": None,  # the history line: what this session appended (harness.history)
+        "notes": [],  # the config's notes (InfiniTrain keys set aside, unknown flags, ...)
     }
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config, session_dir), "harness-xdist")
@@ -129,13 +130,15 @@ def _record_collected(config: pytest.Config, names: list[str]) -> None:
 
 def _trainer(config: pytest.Config) -> dict | None:
     """The trainer under test, for the header and the summary (the controller, which under
-    xdist collects nothing itself, reads the config once more)."""
+    xdist collects nothing itself, reads the config once more), and the config's notes for
+    the summary (harness.cases HarnessConfig.notes: said once per session)."""
     from harness.runner.case_runner import trainer_identity
 
     try:
         harness_config = load_config(config.stash[_SETTINGS]["config_path"], _overrides(config))
     except (ConfigError, OSError, pytest.UsageError):
         return None
+    config.stash[_SETTINGS]["notes"] = list(harness_config.notes)
     return trainer_identity(harness_config, _settings(config).device)
 
 
@@ -299,8 +302,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     from harness.results.summary import summary_lines
 
     s = config.stash[_SETTINGS]
-    added = list(s["calibration"]) + ([f"history: {s['history']}"] if s["history"] is not None
-                                      else [])
+    added = [f"config: {note}" for note in s["notes"]] + list(s["calibration"]) + (
+        [f"history: {s['history']}"] if s["history"] is not None else [])
     lines = summary_lines(s["session_dir"], (s["header"] or {}).get("trainer"), added)
     if lines:
         terminalreporter.section("harness session", sep="-")

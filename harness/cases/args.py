@@ -92,29 +92,36 @@ def _check_defined(name: str, value: str, variables: dict, fail) -> None:
 # ---------------------------------------------------------------------- world size, batch
 
 def world_size(flags: dict[str, Any], data_parallel: tuple | None, nthreads: tuple | None,
-               failer) -> int:
-    """dp x tp x pp, or InfiniTrain's process count checked against tp x pp (and against dp
-    when both are given). `data_parallel` and `nthreads` are (value, location) or None."""
-    model_parallel = flags["tensor_parallel"] * flags["pipeline_parallel"]
+               failer, context_parallel: int = 1) -> int:
+    """dp x tp x cp x pp, or InfiniTrain's process count checked against tp x cp x pp (and
+    against dp when both are given), as InfiniTrain's rank layout divides it
+    (feat/context_parallel@d03ba16:infini_train/src/nn/parallel/global.cc:126-128: world %
+    (TP * CP * PP) == 0, DP = world / TP / CP / PP). `data_parallel` and `nthreads` are
+    (value, location) or None."""
+    model_parallel = flags["tensor_parallel"] * flags["pipeline_parallel"] * context_parallel
+    product = (f"tensor_parallel * pipeline_parallel = {flags['tensor_parallel']} * "
+               f"{flags['pipeline_parallel']}" if context_parallel == 1 else
+               f"tensor_parallel * context_parallel * pipeline_parallel = "
+               f"{flags['tensor_parallel']} * {context_parallel} * {flags['pipeline_parallel']}")
     if nthreads is not None:
         world = nthreads[0]
         if world % model_parallel:
             failer(nthreads[1])(
-                f"{world} processes is not a multiple of tensor_parallel * pipeline_parallel = "
-                f"{flags['tensor_parallel']} * {flags['pipeline_parallel']} = {model_parallel}")
+                f"{world} processes is not a multiple of {product} = {model_parallel}")
         if data_parallel is not None and data_parallel[0] * model_parallel != world:
             failer(data_parallel[1])(
-                f"data_parallel {data_parallel[0]} * tensor_parallel * pipeline_parallel "
+                f"data_parallel {data_parallel[0]} * {product.split(' = ')[0]} "
                 f"{model_parallel} != nthread_per_process {world}")
     else:
         world = (data_parallel[0] if data_parallel else 1) * model_parallel
     return world
 
 
-def resolve_total_batch_size(flags: dict[str, Any], world: int, location: list, failer) -> None:
+def resolve_total_batch_size(flags: dict[str, Any], world: int, location: list, failer,
+                             context_parallel: int = 1) -> None:
     """Default `total_batch_size` to one pass of every data-parallel rank, or refuse (at
     `location`) one that the passes do not divide."""
-    dp = world // (flags["tensor_parallel"] * flags["pipeline_parallel"])
+    dp = world // (flags["tensor_parallel"] * flags["pipeline_parallel"] * context_parallel)
     batch, sequence = flags["batch_size"], flags["sequence_length"]
     if "total_batch_size" not in flags:
         flags["total_batch_size"] = batch * sequence * dp  # one microbatch per rank
@@ -169,9 +176,10 @@ def resolve_args(layers, variables, failer):
             given[name] = value
         if name not in _WORLD_FLAGS and name in FLAG_TABLE and HARNESS in FLAG_TABLE[name].trainers:
             flags[name] = value
+    context = int(given.get("context_parallel", 1))
     world = world_size(flags, counts.get("data_parallel"), counts.get("nthread_per_process"),
-                       failer)
+                       failer, context)
     last_location = next(iter(merged.values()))[1][:-1] if merged else layers[-1][0]
     location = merged.get("total_batch_size", (None, last_location + ["total_batch_size"]))[1]
-    resolve_total_batch_size(flags, world, location, failer)
+    resolve_total_batch_size(flags, world, location, failer, context)
     return flags, given, world

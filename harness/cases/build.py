@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.contracts.flags import NO_DECLARED_ROLES, DeclaredRoles, FlagError
 from harness.contracts.models import MODEL_SPECS
+from harness.contracts.programs import PROGRAMS, plan_tags
 
 from .config_types import Assets, HarnessConfig, ModelFiles, Overrides, TrainerSpec
 from .errors import failer_for
@@ -15,12 +17,16 @@ from .args import substitute
 DEFAULT_MODELS = tuple(MODEL_SPECS)  # every registered model family
 
 
-def build_config(path: Path, data: dict, overrides: Overrides | None = None) -> HarnessConfig:
+def build_config(path: Path, data: dict, overrides: Overrides | None = None,
+                 foreign: tuple[str, ...] = ()) -> HarnessConfig:
+    """`foreign`: the top-level keys of InfiniTrain's own that the loader set aside
+    (load.set_aside_foreign_keys), named once in the notes."""
     failer = failer_for(path, data)
     overrides = overrides or Overrides()
     variables = {**data.get("variables", {}), **overrides.variables}
     base_dir = path.parent
     models = tuple(data.get("models", DEFAULT_MODELS))
+    declared = _declared_roles(data, overrides, failer)
 
     model_files = {}
     for model, spec in data.get("model_files", {}).items():
@@ -32,17 +38,23 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None) -> 
                 failer(where)(f"{text!r} is not a file path")
             entries[role] = (base_dir / text) if not Path(text).is_absolute() else Path(text)
         model_files[model] = ModelFiles(**entries)
-    for model in models:  # InfiniTrain's scripts name them <MODEL>_LLMC_FILEPATH / _INPUT_BIN
-        names = {"checkpoint": f"{model.upper()}_LLMC_FILEPATH",
-                 "input_bin": f"{model.upper()}_INPUT_BIN"}
+    trainer_spec = data.get("trainer", {})
+    backend = overrides.backend or trainer_spec.get("backend") or \
+        ("infinitrain" if "BUILD_DIR" in variables else "harness")
+    # InfiniTrain's own config lists no models: its runner decides which program runs which
+    # tag (harness.contracts.programs).
+    tag_plan = plan_tags(_tags(data), variables, str(path)) \
+        if backend == "infinitrain" and "models" not in data else None
+    programs = tuple(dict.fromkeys(p for ps in tag_plan.programs_by_tag.values() for p in ps)) \
+        if tag_plan else models
+    for model in programs:  # InfiniTrain's scripts name them <PREFIX>_LLMC_FILEPATH / _INPUT_BIN
+        prefix = PROGRAMS[model].variable_prefix if model in PROGRAMS else model.upper()
+        names = {"checkpoint": f"{prefix}_LLMC_FILEPATH", "input_bin": f"{prefix}_INPUT_BIN"}
         if model not in model_files and all(variables.get(n) for n in names.values()):
             model_files[model] = ModelFiles(**{
                 role: _path(base_dir, str(variables[name])) for role, name in names.items()},
                 variables=tuple(names.values()))
 
-    trainer_spec = data.get("trainer", {})
-    backend = overrides.backend or trainer_spec.get("backend") or \
-        ("infinitrain" if "BUILD_DIR" in variables else "harness")
     assets_spec = data.get("assets", {})
     assets = Assets(
         # InfiniTrain's loaders refuse the tiny preset's files (docs/infinitrain.md)
@@ -69,9 +81,67 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None) -> 
     except ValueError as error:
         failer(["trainer"])(str(error))
 
-    tags, cases = expand_cases(data, variables, models, failer)
-    return HarnessConfig(path=path, variables=variables, models=models, model_files=model_files,
-                         assets=assets, trainer=trainer, tags=tags, cases=cases)
+    tags, cases = expand_cases(data, variables, models, failer, declared,
+                               tag_plan.programs_by_tag if tag_plan else None)
+    notes = [f"{path}: top-level key {key!r} is InfiniTrain's own: not used by the harness"
+             for key in foreign]
+    for key in ("basic_compile_commands", "builds"):
+        if data.get(key):
+            ids = ", ".join(str(b.get("id", "?")) if isinstance(b, dict) else "?"
+                            for b in data[key])
+            notes.append(f"{path}: {key} ({ids}): recorded, not run: the harness tests the "
+                         f"build folder it is given")
+    notes += tag_plan.notes if tag_plan else ()
+    notes += unknown_flag_notes(cases, declared)
+    return HarnessConfig(path=path, variables=variables, models=programs,
+                         model_files=model_files, assets=assets, trainer=trainer, tags=tags,
+                         cases=cases, notes=tuple(notes))
+
+
+def _tags(data: dict) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(group["tag"] for group in data["test_groups"]))
+
+
+def _declared_roles(data: dict, overrides: Overrides, failer) -> DeclaredRoles:
+    """The config's `flag_roles` under the command line's --harness-flag-role."""
+    try:
+        from_file = DeclaredRoles.parse(data.get("flag_roles", {}), "flag_roles:") \
+            if data.get("flag_roles") else NO_DECLARED_ROLES
+    except FlagError as error:
+        failer(["flag_roles"])(str(error))
+    try:
+        return DeclaredRoles.parse(overrides.flag_roles, "--harness-flag-role").over(from_file) \
+            if overrides.flag_roles else from_file
+    except FlagError as error:
+        failer([])(str(error))
+
+
+def unknown_flag_notes(cases, declared: DeclaredRoles) -> list[str]:
+    """One line per flag the flag table does not know: its cases, the role taken, and what
+    that does to their references."""
+    uses: dict[str, list] = {}
+    for case in cases:
+        for name in case.passthrough:
+            uses.setdefault(name, []).append(case)
+    notes = []
+    for name, users in uses.items():
+        shown = ", ".join(c.name for c in users[:3]) + (f" and {len(users) - 3} more"
+                                                         if len(users) > 3 else "")
+        if name in declared.roles:
+            role = declared.roles[name]
+            kept = role == "mathematics"
+            notes.append(f"flag --{name} ({shown}): not in the flag table; role {role!r} as "
+                         f"declared by {declared.origin[name]}: "
+                         + ("kept in each reference" if kept else "dropped by each reference"))
+            continue
+        notes.append(
+            f"flag --{name} ({shown}): not in the flag table; assumed mathematics, so kept in "
+            f"each case's single-device reference: were it topology, the reference would run "
+            f"it on one device (a binary may refuse that), were it memory, the case would be "
+            f"compared with a run of itself. Declare its role with --harness-flag-role "
+            f"{name}=ROLE or the config's flag_roles (roles: mathematics, topology, output, "
+            f"resume, memory)")
+    return notes
 
 
 def _path(base_dir: Path, text: str) -> Path:

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.launch.registry import backend_names
-from harness.contracts.flags import FLAG_TABLE, HARNESS, reference_args, unknown_to
+from harness.contracts.flags import (
+    FLAG_TABLE,
+    HARNESS,
+    NO_DECLARED_ROLES,
+    DeclaredRoles,
+    reference_args,
+    role_of,
+    unknown_to,
+)
 from harness.contracts.tolerance import Tolerance, Tolerances  # noqa: F401  (HarnessConfig's field type)
 
 
@@ -63,6 +71,8 @@ class Overrides:
     backend: str | None = None
     build_dir: str | None = None
     launch: str | None = None
+    # NAME=ROLE items of --harness-flag-role: roles of flags the flag table does not know
+    flag_roles: tuple[str, ...] = ()
 
     @classmethod
     def parse_variables(cls, items) -> dict[str, str]:
@@ -125,12 +135,17 @@ class Case:
     # 8): {} is the single-device reference. Topology flags only.
     reference_topology: dict[str, Any] = field(default_factory=dict)
     reference_world_size: int = 1
+    # Roles declared for flags the flag table does not know (the reference rule reads them).
+    declared: DeclaredRoles = NO_DECLARED_ROLES
+    # Why the case cannot run at all, known from the config alone (a program the harness has
+    # no facts for); "" when it can.
+    skip: str = ""
 
     def __post_init__(self) -> None:
-        need = self.pp * self.tp
+        need = self.pp * self.tp * self.cp
         if self.world_size < 1 or self.world_size % need:
             raise ValueError(f"world size {self.world_size} is not a multiple of "
-                             f"tensor_parallel * pipeline_parallel = {need}")
+                             f"tensor_parallel * context_parallel * pipeline_parallel = {need}")
 
     @property
     def name(self) -> str:
@@ -146,12 +161,17 @@ class Case:
         return int(self.flags.get("tensor_parallel", 1))
 
     @property
+    def cp(self) -> int:
+        """Context parallelism (InfiniTrain's feat/context_parallel): world = DP x TP x CP x PP."""
+        return int(self.args.get("context_parallel", 1))
+
+    @property
     def vpp(self) -> int:
         return int(self.flags.get("virtual_pipeline_parallel", 1))
 
     @property
     def dp(self) -> int:
-        return self.world_size // (self.pp * self.tp)
+        return self.world_size // (self.pp * self.tp * self.cp)
 
     @property
     def unsupported(self) -> tuple[str, ...]:
@@ -162,8 +182,13 @@ class Case:
     @property
     def passthrough(self) -> tuple[str, ...]:
         """The case's flags the flag table does not know: passed to a foreign trainer as
-        written, and kept in its reference."""
+        written, and kept in its reference unless a declared role drops them."""
         return tuple(n for n in self.args if n not in FLAG_TABLE)
+
+    def assumed(self) -> dict[str, str]:
+        """Each flag the table does not know, with the role it is taken for (declared, else
+        assumed mathematics)."""
+        return {n: role_of(n, self.declared) for n in self.passthrough}
 
     def reference_flags(self) -> dict[str, Any]:
         """The bundled trainer's reference flags: the resolved flags minus the topology."""
@@ -171,8 +196,8 @@ class Case:
 
     def reference_args(self) -> dict[str, Any]:
         """A foreign trainer's reference flags: the case's own flags minus the topology
-        (and output, resume); every flag that changes the mathematics stays."""
-        return reference_args(self.args)
+        (and output, resume, memory); every flag that changes the mathematics stays."""
+        return reference_args(self.args, self.declared)
 
 
 @dataclass(frozen=True)
@@ -185,6 +210,9 @@ class HarnessConfig:
     trainer: TrainerSpec
     tags: tuple[str, ...]
     cases: tuple[Case, ...]
+    # What the session summary names once: InfiniTrain keys set aside, builds recorded, flags
+    # the table does not know with the role taken, a groups variable naming a missing tag.
+    notes: tuple[str, ...] = ()
 
     def files_for(self, model: str) -> ModelFiles:
         return self.model_files.get(model, ModelFiles())

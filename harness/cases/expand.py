@@ -3,7 +3,8 @@ resolved flags, world size, tolerances and comparisons (top level < group < case
 
 from __future__ import annotations
 
-from harness.contracts.flags import DTYPES, FLAG_TABLE
+from harness.contracts.flags import DTYPES, FLAG_TABLE, NO_DECLARED_ROLES, DeclaredRoles
+from harness.contracts.programs import GROUPS_SUFFIX, PROGRAMS
 from harness.contracts.tolerance import Tolerance, Tolerances
 
 from .args import coerce, resolve_args, substitute, world_size
@@ -21,9 +22,13 @@ DEFAULT_ATOL = {"float32": 1e-5, "bfloat16": 1e-2}
 DEFAULT_GRADIENT_TOLERANCE = {"float32": Tolerance(1e-5, 0.0), "bfloat16": Tolerance(3e-3, 2e-2)}
 
 
-def expand_cases(data: dict, variables: dict, models: tuple[str, ...],
-                 failer) -> tuple[tuple[str, ...], tuple[Case, ...]]:
-    """The config's tags (first-seen order) and its expanded cases."""
+def expand_cases(data: dict, variables: dict, models: tuple[str, ...], failer,
+                 declared: DeclaredRoles = NO_DECLARED_ROLES,
+                 programs_by_tag: dict[str, tuple[str, ...]] | None = None,
+                 ) -> tuple[tuple[str, ...], tuple[Case, ...]]:
+    """The config's tags (first-seen order) and its expanded cases. `programs_by_tag`: for
+    InfiniTrain's own config, the programs its runner runs per tag (harness.contracts.programs;
+    a case's or group's `models` still wins); None: `models` for every tag."""
     default_tolerances = {}
     for dtype in DTYPES:
         base = Tolerances(Tolerance(DEFAULT_ATOL[dtype]), DEFAULT_GRADIENT_TOLERANCE[dtype])
@@ -63,15 +68,28 @@ def expand_cases(data: dict, variables: dict, models: tuple[str, ...],
                 _reference(top_reference, group.get("reference"), variables,
                            failer(["test_groups", g, "reference"])),
                 test.get("reference"), variables, failer(where + ["reference"]))
-            for model in test.get("models", group.get("models", models)):
+            chosen = models if programs_by_tag is None else programs_by_tag[tag]
+            for model in test.get("models", group.get("models", chosen)):
                 cases.append(Case(
                     tag=tag, case_id=test["id"], model=model, flags=dict(flags),
                     world_size=world_size, tolerances=tolerances, compare=compare,
                     source=source, description=test.get("description", ""),
                     args=dict(args), reference_topology=reference,
                     reference_world_size=_reference_world(reference, failer(where + ["reference"])),
+                    declared=declared, skip=_no_facts(model, programs_by_tag),
                 ))
     return tuple(tags), tuple(cases)
+
+
+def _no_facts(program: str, programs_by_tag) -> str:
+    """Why a program of InfiniTrain's own config cannot run: the harness has no facts for it
+    (harness/contracts/data/infinitrain_programs.json); "" when it has."""
+    if programs_by_tag is None or program in PROGRAMS:
+        return ""
+    return (f"InfiniTrain program {program!r} (variable {program.upper()}{GROUPS_SUFFIX}): the "
+            f"harness has no facts for it (its binary, model files, loss line; known: "
+            f"{', '.join(PROGRAMS)} in harness/contracts/data/infinitrain_programs.json), so it "
+            f"is not run, and never as another program")
 
 
 def _tolerance(base: Tolerance, override: dict | None) -> Tolerance:

@@ -13,6 +13,7 @@ from pathlib import Path
 from .build import build_config
 from .config_types import HarnessConfig, Overrides
 from .errors import ConfigError
+from .schema import SCHEMA
 from .validate import validate_schema
 
 
@@ -42,8 +43,28 @@ def load_config(path: str | Path, overrides: Overrides | None = None) -> Harness
                           f"{error.msg}") from None
     except ValueError as error:
         raise ConfigError(f"{path}: invalid JSON: {error}") from None
+    data, foreign = set_aside_foreign_keys(data)
     validate_schema(path, data)
-    return build_config(path, data, overrides)
+    return build_config(path, data, overrides, foreign)
+
+
+def infinitrain_shaped(data) -> bool:
+    """A config of InfiniTrain's own shape: its variables name InfiniTrain's BUILD_DIR (as
+    every branch's scripts/test_config.json does)."""
+    return isinstance(data, dict) and isinstance(data.get("variables"), dict) \
+        and "BUILD_DIR" in data["variables"]
+
+
+def set_aside_foreign_keys(data):
+    """(the document without them, the top-level keys set aside): in a config of InfiniTrain's
+    shape, a top-level key the harness does not use is InfiniTrain's own (a branch's new build
+    list, a runner setting) and is named once in the session summary, never fatal; in the
+    harness's own configs an unknown key stays an error (the schema names it)."""
+    if not infinitrain_shaped(data):
+        return data, ()
+    known = SCHEMA["properties"]
+    foreign = tuple(key for key in data if key not in known)
+    return {k: v for k, v in data.items() if k not in foreign}, foreign
 
 
 def _reject_constant(name: str):

@@ -13,7 +13,7 @@ import json
 from typing import Sequence
 
 from harness.cases.config_types import BACKENDS, INFINITRAIN_LAUNCHES
-from harness.contracts.flags import FLAGS
+from harness.contracts.flags import DECLARABLE_ROLES, FLAGS
 from harness.contracts.models import MODEL_SPECS
 
 SCHEMA_ID = "https://example.invalid/harness/test_config.schema.json"
@@ -93,8 +93,18 @@ SCHEMA: dict = {
             "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
             "additionalProperties": {"type": ["string", "number", "boolean"]},
         },
-        # InfiniTrain's build step; accepted so its file loads, never run by the harness.
+        # InfiniTrain's build steps (master's `basic_compile_commands`, the newer branches'
+        # `builds` of {id, profile, cmd}): recorded, never run by the harness, which tests the
+        # build folder it is given.
         "basic_compile_commands": {"type": "array"},
+        "builds": {"type": "array"},
+        # Roles of trainer flags the harness's flag table does not know (harness.contracts.flags
+        # DeclaredRoles): {"my_flag": "topology"}.
+        "flag_roles": {
+            "type": "object",
+            "propertyNames": {"pattern": "^[a-z][a-z0-9_]*$"},
+            "additionalProperties": {"enum": list(DECLARABLE_ROLES)},
+        },
         "models": _MODELS,
         "model_files": {
             "type": "object",

@@ -12,11 +12,17 @@ sets it, and its *role*, which is what the reference rule reads:
   (checkpoint saving, text generation, profiling). The reference drops it.
 - ``resume``: a run that starts from a saved checkpoint; the reference drops it (it runs from
   the start) and the resumed run's steps are compared to the reference's same steps.
+- ``memory``: trades memory for compute without changing what is computed (activation
+  recompute). The reference drops it, so a recompute case is compared with the same run
+  without recompute: what such a flag must prove.
 - ``input``: the model, its files and the device; the harness sets them for every run.
 
-A flag that is not in this table is a foreign trainer's own: it is passed through verbatim,
-treated as mathematics (kept in the reference, since dropping a flag that changes the numbers
-would give a wrong reference) and listed in the case's record.
+A flag of a foreign trainer's own carries ``source``: where that trainer defines it
+(``BRANCH@COMMIT:path:line`` in InfiniTrain). A flag that is not in this table is passed
+through verbatim, treated as mathematics (kept in the reference, since dropping a flag that
+changes the numbers would give a wrong reference), listed in the case's record and named in
+the session summary; a user declares its role with ``--harness-flag-role NAME=ROLE`` or the
+config's ``flag_roles`` (``DeclaredRoles``), without a change here.
 
 No torch here: the pytest plugin, the config loader and the trainer all import this module.
 """
@@ -32,9 +38,13 @@ HARNESS = "harness"  # the bundled trainer (python -m harness.trainer)
 INFINITRAIN = "infinitrain"  # InfiniTrain's gpt2 / llama3 binaries
 BOTH = frozenset({HARNESS, INFINITRAIN})
 
-ROLES = ("mathematics", "topology", "output", "resume", "input")
+ROLES = ("mathematics", "topology", "output", "resume", "memory", "input")
 # Roles a case's reference run drops.
-DROPPED_BY_REFERENCE = frozenset({"topology", "output", "resume"})
+DROPPED_BY_REFERENCE = frozenset({"topology", "output", "resume", "memory"})
+# What a flag the table does not know is taken for: kept in the reference.
+ASSUMED_ROLE = "mathematics"
+# Roles a user may declare for a flag the table does not know (`input` flags are the harness's).
+DECLARABLE_ROLES = tuple(r for r in ROLES if r != "input")
 
 DTYPES = ("float32", "bfloat16")  # what a case may ask for (each has its verdict's thresholds)
 # The bundled trainer also runs float64 on one device: the oracle a calibration session runs
@@ -69,6 +79,8 @@ class Flag:
     # A checkpoint folder: the harness re-roots a case's value under the session, so that two
     # cases (or two sessions) never save into, or resume from, each other's folders.
     checkpoint_path: bool = False
+    # Where a foreign trainer defines it (BRANCH@COMMIT:path:line); "" for the harness's own.
+    source: str = ""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -184,6 +196,59 @@ FLAGS: tuple[Flag, ...] = (
     _f("sample_every", int, 0, "sampling every N steps", "output", trainers={INFINITRAIN}),
     _f("precision_check", str, None, "InfiniTrain's tensor dump config", "output",
        trainers={INFINITRAIN}),
+    # InfiniTrain's feature branches (docs/infinitrain.md tables them with their sources).
+    _f("context_parallel", int, 1, "context-parallel degree (the sequence split over CP "
+       "ranks)", "topology", trainers={INFINITRAIN}, **_POS,
+       source="feat/context_parallel@d03ba16:example/gpt2/main.cc:82, example/llama3/main.cc:81"),
+    _f("cp_comm_type", str, "p2p", "context-parallel communication (all_gather, p2p, a2a)",
+       "topology", trainers={INFINITRAIN}, choices=("all_gather", "p2p", "a2a"),
+       source="feat/context_parallel@d03ba16:example/gpt2/main.cc:83 (validator :132), "
+       "example/llama3/main.cc:82 (validator :120)"),
+    _f("activation_recompute", bool, False, "recompute activations in backward",
+       "memory", trainers={INFINITRAIN},
+       source="feat/activation_checkpointing@e594d9c:example/gpt2/main.cc:83, "
+       "example/llama3/main.cc:82"),
+    _f("recompute_granularity", str, "full", "recompute granularity (none, full, selective)",
+       "memory", trainers={INFINITRAIN}, choices=("none", "full", "selective"),
+       source="feat/activation_checkpointing@e594d9c:example/gpt2/main.cc:84, "
+       "example/llama3/main.cc:83"),
+    _f("recompute_method", str, "none", "recompute method (none, uniform, block)", "memory",
+       trainers={INFINITRAIN}, choices=("none", "uniform", "block"),
+       source="feat/activation_checkpointing@e594d9c:example/gpt2/main.cc:85, "
+       "example/llama3/main.cc:84"),
+    _f("recompute_num_layers", int, 0, "layers per recompute region", "memory",
+       trainers={INFINITRAIN}, **_NONNEG,
+       source="feat/activation_checkpointing@e594d9c:example/gpt2/main.cc:86, "
+       "example/llama3/main.cc:85"),
+    _f("lr_decay_style", str, "constant", "learning-rate decay (none, constant, linear, "
+       "cosine, inverse-square-root)", "mathematics", trainers={INFINITRAIN},
+       choices=("none", "constant", "linear", "cosine", "inverse-square-root"),
+       source="feat/lr_scheduler@a7949ac:example/gpt2/main.cc:68 (validator :136), "
+       "example/llama3/main.cc:67 (validator :123)"),
+    _f("min_lr", float, 0.0, "the decay's floor", "mathematics", trainers={INFINITRAIN},
+       **_NONNEG, source="feat/lr_scheduler@a7949ac:example/gpt2/main.cc:67, "
+       "example/llama3/main.cc:66"),
+    _f("lr_warmup_iters", int, 0, "linear warmup iterations", "mathematics",
+       trainers={INFINITRAIN}, **_NONNEG,
+       source="feat/lr_scheduler@a7949ac:example/gpt2/main.cc:69, example/llama3/main.cc:68"),
+    _f("lr_warmup_init", float, 0.0, "learning rate at the start of warmup", "mathematics",
+       trainers={INFINITRAIN}, **_NONNEG,
+       source="feat/lr_scheduler@a7949ac:example/gpt2/main.cc:70, example/llama3/main.cc:69"),
+    _f("lr_decay_iters", int, 0, "iterations the decay spans (0: num_iteration)",
+       "mathematics", trainers={INFINITRAIN}, **_NONNEG,
+       source="feat/lr_scheduler@a7949ac:example/gpt2/main.cc:71, example/llama3/main.cc:70"),
+    _f("micro_batch_size", int, 4, "tiny_mixtral: sequences per microbatch", "mathematics",
+       trainers={INFINITRAIN}, **_POS,
+       source="feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:25"),
+    _f("global_batch_size", int, 4, "tiny_mixtral: sequences per step (global / micro "
+       "microbatches accumulated)", "mathematics", trainers={INFINITRAIN}, **_POS,
+       source="feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:26, 108"),
+    _f("log_interval", int, 1, "tiny_mixtral: print the loss every N steps (0: never)",
+       "output", trainers={INFINITRAIN}, **_NONNEG,
+       source="feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:34, 140"),
+    _f("print_timing", bool, False, "tiny_mixtral: print the loop's time and throughput",
+       "output", trainers={INFINITRAIN},
+       source="feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:35"),
     # Resume: the reference runs from the start; the resumed steps are compared.
     _f("load", str, None, "checkpoint folder to resume from", "resume", trainers={INFINITRAIN},
        checkpoint_path=True),
@@ -211,16 +276,64 @@ def run_private(name: str) -> bool:
     return flag is not None and flag.owner == "harness" and flag.role == "output"
 
 
-def role_of(name: str) -> str:
-    """A flag's role; a flag the table does not know counts as mathematics (kept)."""
+def role_of(name: str, declared: "DeclaredRoles | None" = None) -> str:
+    """A flag's role: the table's; else the one a user declared; else ASSUMED_ROLE (kept)."""
     flag = FLAG_TABLE.get(name)
-    return flag.role if flag else "mathematics"
+    if flag:
+        return flag.role
+    if declared is not None and name in declared.roles:
+        return declared.roles[name]
+    return ASSUMED_ROLE
 
 
-def reference_args(args: dict[str, Any]) -> dict[str, Any]:
-    """The reference rule: the same flags with the topology (and output, resume) removed."""
+def reference_args(args: dict[str, Any],
+                   declared: "DeclaredRoles | None" = None) -> dict[str, Any]:
+    """The reference rule: the same flags with the topology (and output, resume, memory)
+    removed; a flag the table does not know goes by its declared role, else is kept."""
     return {name: value for name, value in args.items()
-            if role_of(name) not in DROPPED_BY_REFERENCE}
+            if role_of(name, declared) not in DROPPED_BY_REFERENCE}
+
+
+@dataclass(frozen=True)
+class DeclaredRoles:
+    """Roles a user declares for flags the table does not know (`--harness-flag-role
+    NAME=ROLE`, the config's `flag_roles`): the next trainer flag needs no code change.
+    `origin` names where each came from, for messages."""
+
+    roles: dict[str, str]
+    origin: dict[str, str]
+
+    @classmethod
+    def parse(cls, items, origin: str) -> "DeclaredRoles":
+        """From NAME=ROLE items (or a {name: role} mapping), each checked, or FlagError
+        naming the item, where it came from and what was expected."""
+        pairs = items.items() if isinstance(items, dict) else [
+            tuple(str(item).partition("=")[::2]) if "=" in str(item) else (str(item), None)
+            for item in items or ()]
+        roles, where = {}, {}
+        for name, role in pairs:
+            if role is None:
+                raise FlagError(f"{origin} {name!r}: expected NAME=ROLE")
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                raise FlagError(f"{origin} {name}={role}: {name!r} is not a flag name "
+                                f"(lower case letters, digits and _)")
+            if role not in DECLARABLE_ROLES:
+                raise FlagError(f"{origin} {name}={role}: {role!r} is not a role; expected one "
+                                f"of {', '.join(DECLARABLE_ROLES)}")
+            if name in FLAG_TABLE and FLAG_TABLE[name].role != role:
+                known = FLAG_TABLE[name]
+                raise FlagError(f"{origin} {name}={role}: the flag table gives --{name} the "
+                                f"role {known.role!r} ({known.source or 'the harness'}); a "
+                                f"declaration is for flags it does not know")
+            roles[name], where[name] = role, origin
+        return cls(roles, where)
+
+    def over(self, base: "DeclaredRoles") -> "DeclaredRoles":
+        """These declarations over `base`'s (the command line over the config file)."""
+        return DeclaredRoles({**base.roles, **self.roles}, {**base.origin, **self.origin})
+
+
+NO_DECLARED_ROLES = DeclaredRoles({}, {})
 
 
 def unknown_to(trainer: str, names) -> list[str]:

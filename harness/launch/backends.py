@@ -41,9 +41,11 @@ if TYPE_CHECKING:
 PLACEHOLDERS = ("python", "world_size", "port", "output_dir", "gradients_dir", "log_dir",
                 "checkpoint", "input_bin", "model", "case", "device", "devices", "flags")
 # InfiniTrain's per-step line (harness.trainer prints the same shape).
+# (`| norm -1.0000 |` is what InfiniTrain's tiny_mixtral and the PyTorch baselines print
+# between the loss and the lr: feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:141-143)
 STEP_LINE = re.compile(
     r"step\s+(?P<step>\d+)/(?P<total>\d+)\s*\|\s*train loss\s+(?P<loss>\S+)\s*\|\s*"
-    r"lr\s+(?P<lr>\S+)\s*\|\s*\((?P<ms>[\d.]+)\s*ms\s*\|\s*(?P<tps>[\d.]+)\s*tok/s"
+    r"(?:norm\s+\S+\s*\|\s*)?lr\s+(?P<lr>\S+)\s*\|\s*\((?P<ms>[\d.]+)\s*ms\s*\|\s*(?P<tps>[\d.]+)\s*tok/s"
     r"(?:\s*\|\s*peak used:\s*(?P<mem>[\d.]+)\s*MB)?")
 
 

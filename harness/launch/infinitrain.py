@@ -34,6 +34,7 @@ from pathlib import Path
 
 from harness.baseline.semantics import baseline_flags
 from harness.contracts.flags import FLAG_TABLE, flag_argv, resumed_first_step
+from harness.contracts.programs import PROGRAMS
 
 from .backends import (
     LaunchSpec,
@@ -48,7 +49,9 @@ from .process import ProcessResult
 
 LAUNCH_MODES = ("threads", "infini_run")
 _LAUNCHER_PATHS = ("infini_run", "tools/infini_run/infini_run")
-_MODELS = ("gpt2", "llama3")  # the binaries a build folder holds
+# The binaries a build folder may hold: every program InfiniTrain builds, as facts
+# (harness/contracts/data/infinitrain_programs.json).
+_BINARIES = tuple(program.binary for program in PROGRAMS.values())
 _LIBRARY = re.compile(r"\.so(\.\d+)*$|\.a$")
 # glog's line prefix: severity, date, time, thread id, file:line]
 _GLOG_PREFIX = re.compile(r"^[IWEF](?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] ", re.M)
@@ -102,7 +105,11 @@ class InfiniTrainBackend:
     # ------------------------------------------------------------------ the build
 
     def binary(self, model: str) -> Path:
-        path = self.build_dir / model
+        if model not in PROGRAMS:
+            raise InfiniTrainError(f"InfiniTrain program {model!r}: the harness has no facts "
+                                   f"for it (known: {', '.join(PROGRAMS)}); it is never run as "
+                                   f"another program")
+        path = self.build_dir / PROGRAMS[model].binary
         if not path.is_file():
             raise InfiniTrainError(f"{self.build_dir}: no `{model}` binary in InfiniTrain's "
                                    f"build folder (build it, or leave {model} out of the "
@@ -133,8 +140,9 @@ class InfiniTrainBackend:
         """What each model's binary runs (binary_facts.identify: a wrapper script followed to
         what it execs), once per backend."""
         if self._identity is None:
-            self._identity = {model: identify(self.build_dir / model) for model in _MODELS
-                              if (self.build_dir / model).is_file()}
+            self._identity = {name: identify(self.build_dir / PROGRAMS[name].binary)
+                              for name in PROGRAMS
+                              if (self.build_dir / PROGRAMS[name].binary).is_file()}
         return self._identity
 
     def identities(self) -> dict[str, str]:
@@ -146,7 +154,7 @@ class InfiniTrainBackend:
         the build's libraries: a rebuild, behind a wrapper too, is a new reference."""
         if self._version is None:
             digest = hashlib.sha256()
-            files = [self.build_dir / n for n in ("gpt2", "llama3", *_LAUNCHER_PATHS)]
+            files = [self.build_dir / n for n in (*_BINARIES, *_LAUNCHER_PATHS)]
             files += sorted(p for p in self.build_dir.rglob("*")
                             if p.is_file() and _LIBRARY.search(p.name))
             for path in files:
@@ -179,6 +187,9 @@ class InfiniTrainBackend:
             return (f"this build's {model} binary does not accept "
                     f"{', '.join('--' + n for n in unknown)} (not in its --helpxml flag "
                     f"listing; {self.binary(model)})")
+        if world_size > 1 and not PROGRAMS[model].multi_device:
+            return (f"needs {world_size} ranks, but InfiniTrain's {model} runs on one device "
+                    f"only ({PROGRAMS[model].source('multi_device')})")
         if world_size > 1 and not facts.multi_rank:
             return (f"needs {world_size} ranks, but this build of {model} has no CUDA (its "
                     f"binary links no libcudart / libnccl), and InfiniTrain runs parallel "

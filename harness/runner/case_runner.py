@@ -57,6 +57,8 @@ from harness.reference.golden import (
     mismatches,
 )
 from harness.contracts.flags import run_private
+from harness.contracts.models import MODEL_SPECS
+from harness.contracts.programs import PROGRAMS
 from harness.contracts.records import read_jsonl, write_steps
 
 from . import stages
@@ -105,6 +107,17 @@ def trainer_identity(config: HarnessConfig, device: str) -> dict:
     build = str(spec.build_dir.resolve()) if spec.build_dir is not None else None
     return {"name": spec.backend, "version": version, "build_dir": build, "device": device,
             **({"identified": identified} if identified else {})}
+
+
+def kept_unknown(case: Case) -> str:
+    """For a failed reference: the flags the table does not know that it kept (assumed
+    mathematics), which may be why it failed, and how to declare them."""
+    kept = [name for name, role in case.assumed().items() if name not in case.declared.roles]
+    if not kept:
+        return ""
+    return (f"\nthe reference kept {', '.join('--' + n for n in kept)}: not in the flag table, "
+            f"assumed mathematics; if a flag only places work, declare it: --harness-flag-role "
+            f"{kept[0]}=topology (or the config's flag_roles)")
 
 
 class UnavailableBackend:
@@ -158,6 +171,14 @@ class CaseRunner:
     def model_files(self, model: str) -> tuple[Path, Path]:
         if model not in self._files:
             files = self.config.files_for(model)
+            if files.synthetic and model not in MODEL_SPECS:  # no synthetic assets to make
+                program = PROGRAMS.get(model)
+                names = (f"{program.checkpoint_variable} and {program.input_bin_variable}"
+                         if program else "its model files")
+                raise FileNotFoundError(
+                    f"{self.config.path}: {model}: no model files: set {names} (the config's "
+                    f"variables, or --harness-var NAME=PATH); the harness's synthetic assets "
+                    f"hold no {model} model (they have {', '.join(MODEL_SPECS)})")
             if files.synthetic:
                 from harness.assets import ensure_assets
 
@@ -203,6 +224,8 @@ class CaseRunner:
         return reroot_checkpoints(args, self.settings.session_dir / "checkpoints" / case.model)
 
     def skip_reason(self, case: Case) -> str | None:
+        if case.skip:  # known from the config alone (a program the harness has no facts for)
+            return case.skip
         if case.unsupported and not self.foreign:
             return (f"uses flag(s) {', '.join(case.unsupported)} that the harness trainer "
                     f"does not implement")
@@ -516,7 +539,7 @@ class CaseRunner:
             what = "reference" if world == 1 else \
                 f"reference ({topology_text(case.reference_topology)})"
             return self._crash_text(case, spec, result, None, ran.launched.rank_logs,
-                                    what=what, problem=outputs.problem)
+                                    what=what, problem=outputs.problem) + kept_unknown(case)
         if not outputs.steps:
             return f"the reference run of {case.model} recorded no steps"
         if not all(math.isfinite(float(s["loss"])) for s in outputs.steps):

@@ -108,6 +108,11 @@ class Options:
     variables: tuple[str, ...] = _option(
         "--harness-var", (), metavar="NAME=VALUE", action="append",
         help="set a config variable (@NAME@), over the file's `variables`")
+    flag_roles: tuple[str, ...] = _option(
+        "--harness-flag-role", (), metavar="NAME=ROLE", action="append",
+        help="the role of a trainer flag the harness does not know (mathematics, topology, "
+             "output, resume, memory): topology, output, resume and memory are dropped by the "
+             "reference (docs/infinitrain.md); over the config's `flag_roles`")
     golden_dir: str | None = _option(
         "--harness-golden", None, metavar="DIR",
         help="compare against the golden records in DIR instead of running references "
@@ -225,7 +230,8 @@ class Options:
         return Overrides(variables=Overrides.parse_variables(self.variables),
                          backend=self.trainer or ("infinitrain" if build else None),
                          build_dir=str(Path(build).resolve()) if build else None,
-                         launch=self.infinitrain_launch)
+                         launch=self.infinitrain_launch,
+                         flag_roles=tuple(self.flag_roles or ()))
 
     def config_path(self, named: list[Path], rootpath: Path) -> Path:
         """The session's test config: --harness-config, else the one JSON config named on the

@@ -102,7 +102,7 @@ def test_reference_args_drops_every_dropped_role_and_keeps_the_rest():
     args = {f.name: f.default for f in FLAGS}
     kept = reference_args(args)
     assert set(kept) == {f.name for f in FLAGS if f.role not in DROPPED_BY_REFERENCE}
-    assert DROPPED_BY_REFERENCE == {"topology", "output", "resume"}
+    assert DROPPED_BY_REFERENCE == {"topology", "output", "resume", "memory"}
 
 
 def test_reference_args_keeps_order():

@@ -1,0 +1,198 @@
+"""InfiniTrain's programs as facts: which binary, which config variables, which tags, how each
+prints its loss and batches its steps. The facts are data (``data/infinitrain_programs.json``),
+each with its source line on the InfiniTrain branch that shows it; this module reads them.
+
+What a config of InfiniTrain's shape runs follows its own runner,
+``scripts/run_models_and_profile.bash``:
+
+- on ``feat/support_moe`` (b7e0760) a program runs the tags its ``<PREFIX>_TEST_GROUPS``
+  variable names (a comma list, each name trimmed, ``*`` for every tag), or its default
+  groups when the config leaves the variable out (lines 78-80, 95-100, 347-362);
+- master and every other branch have no such variable: gpt2 and llama3 run every tag
+  (master's lines 413-422), and no other program runs.
+
+A config that names none of the ``*_TEST_GROUPS`` variables is read master's way. A
+``<PREFIX>_TEST_GROUPS`` variable whose program has no entry here names a program the harness
+has no facts for: its cases are listed and skipped with that reason, never run as another
+program. No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import jsonschema
+
+STEP_LINES = ("glog", "stdout")  # through glog (stderr and glog's files), or std::cout
+GROUPS_SUFFIX = "_TEST_GROUPS"
+EVERY_TAG = "*"
+
+_FACT = {"type": "object", "additionalProperties": False, "required": ["value", "source"],
+         "properties": {"source": {"type": "string", "minLength": 1}}}
+
+
+def _fact(value_schema: dict) -> dict:
+    return {**_FACT, "properties": {**_FACT["properties"], "value": value_schema}}
+
+
+_STRING = {"type": "string", "minLength": 1}
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["programs"],
+    "properties": {
+        "$comment": {"type": "string"},
+        "programs": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False,
+            "required": ["name", "binary", "variable_prefix", "groups_variable",
+                         "default_groups", "runs_every_tag_without_groups", "step_line",
+                         "batch_flags", "multi_device", "family"],
+            "properties": {
+                "name": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
+                "binary": _fact(_STRING),
+                "variable_prefix": _fact({"type": "string", "pattern": "^[A-Z][A-Z0-9_]*$"}),
+                "groups_variable": _fact({"type": "string", "pattern": "^[A-Z][A-Z0-9_]*"
+                                          + GROUPS_SUFFIX + "$"}),
+                "default_groups": _fact(_STRING),
+                "runs_every_tag_without_groups": _fact({"type": "boolean"}),
+                "step_line": _fact({"enum": list(STEP_LINES)}),
+                "batch_flags": _fact({"type": "array", "items": _STRING, "minItems": 1}),
+                "multi_device": _fact({"type": "boolean"}),
+                "family": _fact({"type": ["string", "null"]}),
+            }}},
+    },
+}
+FACT_NAMES = tuple(name for name in SCHEMA["properties"]["programs"]["items"]["required"]
+                   if name != "name")
+
+
+class ProgramFactsError(ValueError):
+    """The facts file cannot be read; the message names it and what was expected."""
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    binary: str
+    variable_prefix: str  # <PREFIX>_INPUT_BIN, <PREFIX>_LLMC_FILEPATH
+    groups_variable: str  # <PREFIX>_TEST_GROUPS on feat/support_moe
+    default_groups: str  # what that branch's runner uses when the config leaves it out
+    runs_every_tag_without_groups: bool  # master's runner runs it on every tag
+    step_line: str  # one of STEP_LINES
+    batch_flags: tuple[str, ...]
+    multi_device: bool
+    family: str | None  # the bundled trainer's model family of the same mathematics
+    sources: tuple[tuple[str, str], ...]  # (fact, BRANCH@COMMIT:path:line)
+
+    @property
+    def input_bin_variable(self) -> str:
+        return f"{self.variable_prefix}_INPUT_BIN"
+
+    @property
+    def checkpoint_variable(self) -> str:
+        return f"{self.variable_prefix}_LLMC_FILEPATH"
+
+    def source(self, fact: str) -> str:
+        return dict(self.sources)[fact]
+
+
+def read_programs(text: str, where: str = "infinitrain_programs.json") -> dict[str, Program]:
+    """The programs of a facts document, by name, or ProgramFactsError naming the entry."""
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise ProgramFactsError(f"{where}: invalid JSON: {error}") from None
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(SCHEMA).iter_errors(data))
+    if error is not None:
+        path = "/".join(map(str, error.absolute_path)) or "top level"
+        raise ProgramFactsError(f"{where}: {path}: {error.message}")
+    programs: dict[str, Program] = {}
+    for entry in data["programs"]:
+        name = entry["name"]
+        if name in programs:
+            raise ProgramFactsError(f"{where}: program {name!r} is listed twice; expected one "
+                                    f"entry per program")
+        values = {fact: entry[fact]["value"] for fact in FACT_NAMES}
+        programs[name] = Program(
+            name=name, **{**values, "batch_flags": tuple(values["batch_flags"])},
+            sources=tuple((fact, entry[fact]["source"]) for fact in FACT_NAMES))
+    return programs
+
+
+def _load() -> dict[str, Program]:
+    text = resources.files("harness.contracts").joinpath(
+        "data/infinitrain_programs.json").read_text()
+    return read_programs(text)
+
+
+PROGRAMS: dict[str, Program] = _load()
+
+
+def program_for_groups_variable(variable: str) -> str:
+    """The program name a `<PREFIX>_TEST_GROUPS` variable stands for: the facts' program of
+    that variable, else the prefix in lower case (a program the harness has no facts for)."""
+    for program in PROGRAMS.values():
+        if program.groups_variable == variable:
+            return program.name
+    return variable[:-len(GROUPS_SUFFIX)].lower()
+
+
+def parse_groups(text: str) -> tuple[str, ...]:
+    """A `*_TEST_GROUPS` value as the runner reads it: comma-separated, each name trimmed of
+    white space, empty names dropped (feat/support_moe scripts/run_models_and_profile.bash:95-100,
+    347-362)."""
+    return tuple(name.strip() for name in str(text).split(",") if name.strip())
+
+
+_GROUPS_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]*" + GROUPS_SUFFIX + "$")
+
+
+@dataclass(frozen=True)
+class TagPlan:
+    """Which programs run which tags of a config, as its runner would decide, and what the
+    harness has to say about it (one line each, for the session summary)."""
+
+    programs_by_tag: dict[str, tuple[str, ...]]
+    notes: tuple[str, ...]
+
+
+def plan_tags(tags: tuple[str, ...], variables: dict, where: str) -> TagPlan:
+    """Programs per tag for a config of InfiniTrain's shape with these tags and variables.
+    `where` names the config file in the notes."""
+    named = {name: value for name, value in variables.items() if _GROUPS_VARIABLE.match(name)}
+    notes: list[str] = []
+    selection: dict[str, tuple[str, ...]] = {}  # program -> tags it runs ("*": every tag)
+    if not named:  # master's runner: gpt2 and llama3 on every tag
+        for program in PROGRAMS.values():
+            if program.runs_every_tag_without_groups:
+                selection[program.name] = (EVERY_TAG,)
+    else:
+        for program in PROGRAMS.values():
+            given = named.get(program.groups_variable)
+            selection[program.name] = parse_groups(
+                given if given is not None else program.default_groups)
+        for variable in named:
+            name = program_for_groups_variable(variable)
+            if name not in PROGRAMS:
+                selection[name] = parse_groups(named[variable])
+    for variable, value in named.items():  # a default naming a missing tag is no one's choice
+        unknown = [t for t in parse_groups(value) if t != EVERY_TAG and t not in tags]
+        if unknown:
+            notes.append(f"{where}: variable {variable}={value!r} names tag(s) "
+                         f"{', '.join(map(repr, unknown))} that the config does not have "
+                         f"(its tags: {', '.join(tags)}); expected tags of its test_groups")
+    by_tag = {tag: tuple(p for p, chosen in selection.items()
+                         if EVERY_TAG in chosen or tag in chosen) for tag in tags}
+    for tag, programs in by_tag.items():
+        if not programs:
+            notes.append(f"{where}: tag {tag!r}: no program runs it (" + ", ".join(
+                f"{_groups_variable(p)}={','.join(chosen)}" for p, chosen in selection.items())
+                + "), as InfiniTrain's own runner would not: its cases are not collected")
+    return TagPlan(by_tag, tuple(notes))
+
+
+def _groups_variable(program: str) -> str:
+    return (PROGRAMS[program].groups_variable if program in PROGRAMS
+            else f"{program.upper()}{GROUPS_SUFFIX}")

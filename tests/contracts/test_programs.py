@@ -1,0 +1,96 @@
+"""harness.contracts.programs: InfiniTrain's programs as facts with their source lines, and which
+program runs which tag as InfiniTrain's own runner decides."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from harness.contracts.flags import FLAG_TABLE, INFINITRAIN
+from harness.contracts.programs import (
+    FACT_NAMES,
+    PROGRAMS,
+    ProgramFactsError,
+    parse_groups,
+    plan_tags,
+    read_programs,
+)
+
+SOURCE = re.compile(r"^(master|feat/[\w.-]+)@[0-9a-f]{7}:\S+:\d+")
+
+
+def test_every_program_has_every_fact_with_its_source_line():
+    assert set(PROGRAMS) == {"gpt2", "llama3", "tiny_mixtral"}
+    for program in PROGRAMS.values():
+        assert [fact for fact, _ in program.sources] == list(FACT_NAMES)
+        for fact, source in program.sources:
+            if fact != "family":  # the bundled trainer's side names its own module
+                assert SOURCE.match(source), (program.name, fact, source)
+
+
+def test_the_facts_that_decide_a_run():
+    mixtral = PROGRAMS["tiny_mixtral"]
+    assert (mixtral.binary, mixtral.checkpoint_variable, mixtral.input_bin_variable) == (
+        "tiny_mixtral", "MIXTRAL_LLMC_FILEPATH", "MIXTRAL_INPUT_BIN")
+    assert mixtral.step_line == "stdout" and not mixtral.multi_device
+    assert mixtral.family is None and mixtral.default_groups == "moe"
+    assert not mixtral.runs_every_tag_without_groups
+    assert PROGRAMS["gpt2"].step_line == "glog" and PROGRAMS["gpt2"].multi_device
+    # every batch flag a program names is in the flag table, as InfiniTrain's
+    for program in PROGRAMS.values():
+        assert all(INFINITRAIN in FLAG_TABLE[f].trainers for f in program.batch_flags)
+
+
+def _doc(**change):
+    entry = json.loads(json.dumps({
+        "name": "x", **{fact: {"value": value, "source": "feat/x@abcdef0:a.cc:1"} for fact, value
+                        in (("binary", "x"), ("variable_prefix", "X"),
+                            ("groups_variable", "X_TEST_GROUPS"), ("default_groups", "a"),
+                            ("runs_every_tag_without_groups", False), ("step_line", "glog"),
+                            ("batch_flags", ["batch_size"]), ("multi_device", False),
+                            ("family", None))}}))
+    entry.update(change)
+    return json.dumps({"programs": [entry]})
+
+
+def test_a_valid_document_reads():
+    assert read_programs(_doc())["x"].groups_variable == "X_TEST_GROUPS"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"colour": {"value": 1, "source": "s"}}, "programs/0: Additional properties"),
+    ({"step_line": {"value": "printf", "source": "s"}}, "programs/0/step_line/value: 'printf'"),
+    ({"binary": {"value": "x"}}, "programs/0/binary: 'source' is a required property"),
+])
+def test_a_bad_document_is_one_line_naming_the_entry(change, message):
+    with pytest.raises(ProgramFactsError) as error:
+        read_programs(_doc(**change), "facts.json")
+    assert str(error.value).startswith("facts.json: ") and message in str(error.value)
+
+
+def test_a_program_listed_twice_is_refused():
+    data = json.loads(_doc())
+    data["programs"] *= 2
+    with pytest.raises(ProgramFactsError, match="program 'x' is listed twice"):
+        read_programs(json.dumps(data))
+
+
+def test_groups_are_read_as_the_runner_reads_them():
+    assert parse_groups(" basic, zero ,,moe ") == ("basic", "zero", "moe")
+    assert parse_groups("") == ()
+
+
+def test_without_any_groups_variable_gpt2_and_llama3_run_every_tag():
+    plan = plan_tags(("basic", "recompute"), {"BUILD_DIR": "../build"}, "c.json")
+    assert plan.programs_by_tag == {"basic": ("gpt2", "llama3"), "recompute": ("gpt2", "llama3")}
+    assert plan.notes == ()
+
+
+def test_with_groups_variables_each_program_runs_its_own_and_defaults_fill_in():
+    plan = plan_tags(("basic", "zero", "lora", "checkpoint", "moe"),
+                     {"LLAMA3_TEST_GROUPS": "zero"}, "c.json")
+    assert plan.programs_by_tag == {"basic": ("gpt2",), "zero": ("gpt2", "llama3"),
+                                    "lora": ("gpt2",), "checkpoint": ("gpt2",),
+                                    "moe": ("tiny_mixtral",)}
