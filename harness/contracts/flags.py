@@ -105,20 +105,29 @@ FLAGS: tuple[Flag, ...] = (
     # The model and its files: the harness sets them for every run.
     _f("model", str, None, "gpt2 or llama3 (default: what the checkpoint holds; must agree "
        "with it)", "input", owner="harness"),
-    _f("llmc_filepath", str, None, "llm.c checkpoint to start from", "input", owner="harness"),
-    _f("input_bin", str, None, "llm.c token file to train on", "input", owner="harness"),
+    _f("llmc_filepath", str, None, "llm.c checkpoint to start from", "input", owner="harness",
+       source="master@b24d92f:example/gpt2/main.cc:52, example/llama3/main.cc:51"),
+    _f("input_bin", str, None, "llm.c token file to train on", "input", owner="harness",
+       source="master@b24d92f:example/gpt2/main.cc:47, example/llama3/main.cc:46"),
     _f("device", str, "cpu", "cpu (gloo) or cuda (nccl)", "input", owner="harness",
-       choices=DEVICES),
+       choices=DEVICES,
+       source="master@b24d92f:example/gpt2/main.cc:71, example/llama3/main.cc:70"),
     # Mathematics.
     _f("dtype", str, "float32", "compute dtype; parameters and gradients stay float32",
-       "mathematics", choices=DTYPES),
+       "mathematics", choices=DTYPES,
+       source="master@b24d92f:example/gpt2/main.cc:83, example/llama3/main.cc:81"),
     _f("batch_size", int, 4, "sequences per microbatch on each data-parallel rank",
-       "mathematics", **_POS),
-    _f("sequence_length", int, 64, "tokens per sequence", "mathematics", **_POS),
+       "mathematics", **_POS,
+       source="master@b24d92f:example/gpt2/main.cc:55, example/llama3/main.cc:54"),
+    _f("sequence_length", int, 64, "tokens per sequence", "mathematics", **_POS,
+       source="master@b24d92f:example/gpt2/main.cc:56, example/llama3/main.cc:55"),
     _f("total_batch_size", int, None, "tokens per optimizer step over all ranks (default: one "
-       "microbatch)", "mathematics", **_POS),
-    _f("num_iteration", int, 10, "optimizer steps", "mathematics", **_POS),
-    _f("learning_rate", float, 1e-4, "constant learning rate", "mathematics", **_NONNEG),
+       "microbatch)", "mathematics", **_POS,
+       source="master@b24d92f:example/gpt2/main.cc:57, example/llama3/main.cc:56"),
+    _f("num_iteration", int, 10, "optimizer steps", "mathematics", **_POS,
+       source="master@b24d92f:example/gpt2/main.cc:59, example/llama3/main.cc:58"),
+    _f("learning_rate", float, 1e-4, "constant learning rate", "mathematics", **_NONNEG,
+       source="master@b24d92f:example/gpt2/main.cc:63, example/llama3/main.cc:62"),
     _f("weight_decay", float, 0.0, "AdamW weight decay", "mathematics", trainers={HARNESS},
        **_NONNEG),
     _f("optimizer", str, "sgd", "sgd (plain, as InfiniTrain) or adamw", "mathematics",
@@ -129,28 +138,41 @@ FLAGS: tuple[Flag, ...] = (
        trainers={HARNESS}, **_NONNEG),
     _f("seed", int, 42, "seed of every random choice the run makes", "mathematics",
        trainers={HARNESS}, value_range=SEED_RANGE),
-    _f("lora_rank", int, 0, "LoRA rank (0: off)", "mathematics", trainers={INFINITRAIN}),
-    _f("lora_alpha", float, 16.0, "LoRA alpha", "mathematics", trainers={INFINITRAIN}),
+    _f("lora_rank", int, 0, "LoRA rank (0: off)", "mathematics", trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:95, example/llama3/main.cc:93"),
+    _f("lora_alpha", float, 16.0, "LoRA alpha", "mathematics", trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:96, example/llama3/main.cc:94"),
     _f("lora_target_modules", str, None, "LoRA target modules (comma list)", "mathematics",
-       trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:97, example/llama3/main.cc:95"),
     _f("lora_load_path", str, None, "LoRA weights to start from", "mathematics",
-       trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:100, example/llama3/main.cc:97"),
     _f("overfit_single_batch", bool, True, "train on one batch", "mathematics",
-       trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:69, example/llama3/main.cc:68"),
     # Topology: the reference drops these.
-    _f("tensor_parallel", int, 1, "tensor-parallel degree", "topology", **_POS),
+    _f("tensor_parallel", int, 1, "tensor-parallel degree", "topology", **_POS,
+       source="master@b24d92f:example/gpt2/main.cc:77, example/llama3/main.cc:76"),
     _f("sequence_parallel", bool, False, "shard norms and dropout-free activations over the "
-       "TP group", "topology"),
-    _f("pipeline_parallel", int, 1, "pipeline stages", "topology", **_POS),
+       "TP group", "topology",
+       source="master@b24d92f:example/gpt2/main.cc:78, example/llama3/main.cc:77"),
+    _f("pipeline_parallel", int, 1, "pipeline stages", "topology", **_POS,
+       source="master@b24d92f:example/gpt2/main.cc:79, example/llama3/main.cc:78"),
     _f("virtual_pipeline_parallel", int, 1, "chunks per pipeline stage (uniform layout)",
-       "topology", **_POS),
-    _f("pipeline_layer_partition", str, None, "layers per stage, e.g. 4,8,6,6", "topology"),
+       "topology", **_POS,
+       source="master@b24d92f:example/gpt2/main.cc:80, example/llama3/main.cc:79"),
+    _f("pipeline_layer_partition", str, None, "layers per stage, e.g. 4,8,6,6", "topology",
+       source="InfiniTensor/InfiniTrain#209@7a78e15:example/*/main.cc (not in the fetched mirror: ../shared/INFINITRAIN.md)"),
     _f("pipeline_layer_costs", str, None, "per-layer costs to balance, e.g. 1x8,L:4.5",
-       "topology"),
+       "topology",
+       source="InfiniTensor/InfiniTrain#209@7a78e15:example/*/main.cc (not in the fetched mirror: ../shared/INFINITRAIN.md)"),
     _f("pipeline_chunk_layout", str, None, "ordered STAGE:LAYERS chunk list, e.g. "
-       "0:3,1:3,1:3,0:3", "topology"),
+       "0:3,1:3,1:3,0:3", "topology",
+       source="InfiniTensor/InfiniTrain#209@7a78e15:example/*/main.cc (not in the fetched mirror: ../shared/INFINITRAIN.md)"),
     _f("pipeline_model_parallel_layout", str, None, "Megatron-style layout, e.g. "
-       "'Et*3|t*3|t*3|t*3NL'", "topology"),
+       "'Et*3|t*3|t*3|t*3NL'", "topology",
+       source="InfiniTensor/InfiniTrain#209@7a78e15:example/*/main.cc (not in the fetched mirror: ../shared/INFINITRAIN.md)"),
     _f("pipeline_schedule", str, None, "pipeline schedule (default: the one that fits the "
        "layout)", "topology", trainers={HARNESS}, choices=SCHEDULES),
     # Ours: the data-parallel degree (world size = data_parallel * tp * pp); InfiniTrain's:
@@ -159,14 +181,18 @@ FLAGS: tuple[Flag, ...] = (
     _f("data_parallel", int, None, "data-parallel degree (the harness launches dp*tp*pp "
        "processes)", "topology", trainers=frozenset(), **_POS),
     _f("nthread_per_process", int, 1, "devices (InfiniTrain: threads of one process)",
-       "topology", trainers={INFINITRAIN}, **_POS),
+       "topology", trainers={INFINITRAIN}, **_POS,
+       source="master@b24d92f:example/gpt2/main.cc:73, example/llama3/main.cc:72"),
     _f("zero_stage", int, 0, "ZeRO stage (distributed optimizer)", "topology",
-       trainers={INFINITRAIN}, value_range=(0, 3)),
+       trainers={INFINITRAIN}, value_range=(0, 3),
+       source="master@b24d92f:example/gpt2/main.cc:64, example/llama3/main.cc:63"),
     _f("use_distributed_optimizer", bool, False, "shard the optimizer over DP", "topology",
-       trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="feat/add_Qwen3-8B@a3f84f8:example/gpt2/main.cc:60, example/llama3/main.cc:59 (not on master, feat/lr_scheduler or feat/activation_checkpointing)"),
     # Output and extra work: the reference drops these.
     _f("dump_gradients", str, None, "write every parameter's gradient after the first step "
-       "to this folder", "output", owner="harness"),
+       "to this folder", "output", owner="harness",
+       source="InfiniTensor/InfiniTrain#209@7a78e15:example/gpt2/main.cc (gpt2 only; not in the fetched mirror: ../shared/INFINITRAIN.md)"),
     _f("dump_parameter_updates", str, None, "write every parameter's change over the run "
        "(after the last step minus before the first) to this folder", "output",
        trainers={HARNESS}, owner="harness"),
@@ -178,24 +204,36 @@ FLAGS: tuple[Flag, ...] = (
        "`harness.layout.suggest --profile FILE` reads them all", "output", trainers={HARNESS},
        owner="harness"),
     _f("save", str, None, "checkpoint root folder", "output", trainers={INFINITRAIN},
-       checkpoint_path=True),
+       checkpoint_path=True,
+       source="master@b24d92f:example/gpt2/main.cc:86, example/llama3/main.cc:84"),
     _f("save_interval", int, 0, "save a checkpoint every N steps", "output",
-       trainers={INFINITRAIN}),
-    _f("max_checkpoint_keep", int, 3, "checkpoints kept", "output", trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:84, example/llama3/main.cc:82"),
+    _f("max_checkpoint_keep", int, 3, "checkpoints kept", "output", trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:87, example/llama3/main.cc:85"),
     _f("save_optimizer_state", bool, True, "save the optimizer state too", "output",
-       trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:88, example/llama3/main.cc:86"),
     _f("lora_save_path", str, None, "where LoRA weights are saved", "output",
-       trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:99, example/llama3/main.cc:96"),
     _f("freq_generate_txt", int, 10, "text generation every N steps", "output",
-       trainers={INFINITRAIN}),
-    _f("text_length", int, 64, "generated text length", "output", trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:60, example/llama3/main.cc:59"),
+    _f("text_length", int, 64, "generated text length", "output", trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:61, example/llama3/main.cc:60"),
     _f("tokenizer_bin", str, None, "tokenizer for text generation", "output",
-       trainers={INFINITRAIN}),
-    _f("input_val_bin", str, None, "validation tokens", "output", trainers={INFINITRAIN}),
-    _f("val_loss_every", int, 0, "validation every N steps", "output", trainers={INFINITRAIN}),
-    _f("sample_every", int, 0, "sampling every N steps", "output", trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:49, example/llama3/main.cc:48"),
+    _f("input_val_bin", str, None, "validation tokens", "output", trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:48, example/llama3/main.cc:47"),
+    _f("val_loss_every", int, 0, "validation every N steps", "output", trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:66, example/llama3/main.cc:65"),
+    _f("sample_every", int, 0, "sampling every N steps", "output", trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:67, example/llama3/main.cc:66"),
     _f("precision_check", str, None, "InfiniTrain's tensor dump config", "output",
-       trainers={INFINITRAIN}),
+       trainers={INFINITRAIN},
+       source="master@b24d92f:example/gpt2/main.cc:90, example/llama3/main.cc:89"),
     # InfiniTrain's feature branches (docs/infinitrain.md tables them with their sources).
     _f("context_parallel", int, 1, "context-parallel degree (the sequence split over CP "
        "ranks)", "topology", trainers={INFINITRAIN}, **_POS,
@@ -251,7 +289,8 @@ FLAGS: tuple[Flag, ...] = (
        source="feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:35"),
     # Resume: the reference runs from the start; the resumed steps are compared.
     _f("load", str, None, "checkpoint folder to resume from", "resume", trainers={INFINITRAIN},
-       checkpoint_path=True),
+       checkpoint_path=True,
+       source="master@b24d92f:example/gpt2/main.cc:85, example/llama3/main.cc:83"),
 )
 
 FLAG_TABLE: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
@@ -429,3 +468,16 @@ def flag_argv(flags: dict[str, Any]) -> list[str]:
         argv.append(f"--{name}={value}")
     return argv
 
+
+
+def foreign_role_table() -> list[str]:
+    """InfiniTrain's own flags that carry a source, with their roles, as a markdown table
+    (docs/infinitrain.md holds it; a test keeps the two equal)."""
+    lines = ["| flag | role | the reference | source |", "| --- | --- | --- | --- |"]
+    for flag in FLAGS:
+        if flag.source:
+            action = ("drops it" if flag.role in DROPPED_BY_REFERENCE else
+                      "the harness sets it per run" if flag.role == "input" else "keeps it")
+            lines.append(f"| `--{flag.name}` | {flag.role} | {action} | "
+                         f"{flag.source.replace('|', chr(92) + '|')} |")
+    return lines

@@ -196,3 +196,22 @@ def plan_tags(tags: tuple[str, ...], variables: dict, where: str) -> TagPlan:
 def _groups_variable(program: str) -> str:
     return (PROGRAMS[program].groups_variable if program in PROGRAMS
             else f"{program.upper()}{GROUPS_SUFFIX}")
+
+
+def program_table() -> list[str]:
+    """The programs as a markdown table, one row per fact (docs/infinitrain.md holds it; a test
+    keeps the two equal)."""
+    lines = ["| program | fact | value | source |", "| --- | --- | --- | --- |"]
+    for program in PROGRAMS.values():
+        for fact, source in program.sources:
+            value = getattr(program, fact)
+            shown = ", ".join(value) if isinstance(value, tuple) else (
+                "none" if value is None else str(value).lower() if isinstance(value, bool)
+                else value)
+            lines.append(f"| {program.name} | {fact} | `{shown}` | {_cell(source)} |")
+    return lines
+
+
+def _cell(text: str) -> str:
+    """Text for a markdown table cell (a `|` in a quoted format string escaped)."""
+    return text.replace("|", "\\|")

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from harness.contracts.flags import FLAG_TABLE, INFINITRAIN
+from harness.contracts.flags import FLAG_TABLE, FLAGS, INFINITRAIN, foreign_role_table
 from harness.contracts.programs import (
     FACT_NAMES,
     PROGRAMS,
     ProgramFactsError,
     parse_groups,
     plan_tags,
+    program_table,
     read_programs,
 )
 
@@ -94,3 +97,31 @@ def test_with_groups_variables_each_program_runs_its_own_and_defaults_fill_in():
     assert plan.programs_by_tag == {"basic": ("gpt2",), "zero": ("gpt2", "llama3"),
                                     "lora": ("gpt2",), "checkpoint": ("gpt2",),
                                     "moe": ("tiny_mixtral",)}
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "infinitrain.md"
+MIRROR = Path("/work/.mirror/InfiniTensor+InfiniTrain/repo")
+
+
+def test_the_docs_table_every_program_fact_and_every_infinitrain_flag_role():
+    text = DOCS.read_text()
+    missing = [line for line in program_table() + foreign_role_table() if line not in text]
+    assert not missing, missing[:3]
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason=f"no fetched InfiniTrain mirror at {MIRROR}")
+def test_every_flag_source_line_names_its_flag_in_infinitrains_source():
+    """Where the fetched repository is here (not in CI): each `main.cc:N` a flag cites holds the
+    flag's DEFINE (or its continuation line) on that branch."""
+    wrong = []
+    for flag in FLAGS:
+        match = re.match(r"([\w/.-]+)@\w+:", flag.source)
+        if not match or "#209" in flag.source:
+            continue
+        for path, line in re.findall(r"(example/\w+/main\.cc):(\d+)", flag.source):
+            text = subprocess.run(["git", "-C", str(MIRROR), "show", f"{match[1]}:{path}"],
+                                  capture_output=True, text=True, check=True).stdout
+            lines = text.splitlines()[int(line) - 1:int(line) + 1]
+            if not any(flag.name in item for item in lines):
+                wrong.append((flag.name, match[1], path, line))
+    assert not wrong

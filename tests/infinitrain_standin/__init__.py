@@ -19,6 +19,17 @@ vpp=1; the sum must be n_layer); pipeline_layer_costs (n_layer positive numbers)
 pipeline_chunk_layout and pipeline_model_parallel_layout are checked for form and then treated as
 uniform; setting two layout flags is fatal.
 
+Feature-branch flavours (build.py): ``lr_scheduler`` (feat/lr_scheduler a7949ac: five schedule
+flags, lr_schedule.py's schedule printed on the step line and used by SGD, save default
+./checkpoints and a checkpoint_final written by every run, no --save/--save_interval check),
+``qwen3`` (feat/add_Qwen3-8B a3f84f8: no save/load/zero_stage flags, use_distributed_optimizer),
+``support_moe`` (feat/support_moe b7e0760: master's gpt2/llama3 flags plus the ``tiny_mixtral``
+program, tiny_mixtral.py), ``context_parallel`` (feat/context_parallel d03ba16: --context_parallel,
+--cp_comm_type; TP-CP-DP-PP rank order, global.cc:126's divisibility CHECK, sequences split over
+CP ranks and averaged over DP x CP, ``CP=`` on the step line) and ``activation_checkpointing``
+(feat/activation_checkpointing e594d9c: the four recompute flags and their checks; numbers
+unchanged). Each behaviour cites its branch source line in the code.
+
 Loaders: master's checks in master's order and words (gpt2: n_kv_head stays 12, so n_head must be
 12, config.h:36; llama3: original_vocab_size stays 128256, config.h:31; TP divisibility in the
 TransformerModel constructor). Use the harness's ``infinitrain`` asset preset.

@@ -18,6 +18,13 @@ The build's flavour and device support are baked into each trainer script as its
 - ``flavour="master"``: the flag sets of InfiniTrain master b24d92f's ``example/<model>/main.cc``
   exactly (no ``dump_gradients``, no ``pipeline_*`` layout flags); ``"pr209"``: master plus
   #209's four layout flags on both and ``dump_gradients`` on ``gpt2`` only.
+- the feature-branch flavours ``"lr_scheduler"`` (feat/lr_scheduler a7949ac), ``"qwen3"``
+  (feat/add_Qwen3-8B a3f84f8), ``"support_moe"`` (feat/support_moe b7e0760, which adds the
+  ``tiny_mixtral`` program: ``<build>/tiny_mixtral`` -> ``python -m
+  tests.infinitrain_standin.tiny_mixtral @build:F:D "$@"``), ``"context_parallel"``
+  (feat/context_parallel d03ba16) and ``"activation_checkpointing"`` (feat/activation_checkpointing
+  e594d9c): each branch's gpt2 / llama3 flag sets and behaviours (see trainer.py's flag_set and
+  the package docstring).
 - ``cuda=True``: a CUDA build. ``cuda=False``: a CPU build (``USE_CUDA=OFF``), which fails as the
   real one does: any run with more than one rank (threads, or infini_run's processes) and any
   single-device ``--device cuda`` run aborts in ``device_guard.cc:161`` (use ``--device cpu``).
@@ -57,23 +64,41 @@ def _script(module: str, *fixed: str, links: str = "") -> str:
             f"exec {shlex.quote(sys.executable)} -m {module} {args} \"$@\"\n")
 
 
+FLAVOURS = ("master", "pr209", "lr_scheduler", "qwen3", "support_moe", "context_parallel",
+            "activation_checkpointing")
+ALL_MODELS = ("gpt2", "llama3", "tiny_mixtral")
+
+
+def default_models(flavour: str) -> tuple[str, ...]:
+    """The programs a build of that flavour holds by default: gpt2 and llama3, plus tiny_mixtral
+    on support_moe (feat/support_moe:CMakeLists.txt:204-210 builds example/tiny_mixtral; qwen3 is built by
+    feat/add_Qwen3-8B:CMakeLists.txt:193-200 but not played by the stand-in)."""
+    return ("gpt2", "llama3", "tiny_mixtral") if flavour == "support_moe" else ("gpt2", "llama3")
+
+
 def make_build_dir(path: Path, flavour: str = "pr209", cuda: bool = True,
-                   models: tuple[str, ...] | list[str] = ("gpt2", "llama3")) -> Path:
+                   models: tuple[str, ...] | list[str] | None = None) -> Path:
     """Create (or refresh) the stand-in build folder at ``path`` and return it. Trainer scripts of
-    models not named are removed, so a refreshed folder holds exactly ``models``."""
-    if flavour not in ("master", "pr209"):
-        raise ValueError(f"flavour must be 'master' or 'pr209', not {flavour!r}")
-    bad = [m for m in models if m not in ("gpt2", "llama3")]
+    models not named are removed, so a refreshed folder holds exactly ``models`` (default: the
+    flavour's ``default_models``)."""
+    if flavour not in FLAVOURS:
+        raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, not {flavour!r}")
+    if models is None:
+        models = default_models(flavour)
+    bad = [m for m in models if m not in ALL_MODELS]
     if bad:
         raise ValueError(f"unknown models {bad}")
+    if "tiny_mixtral" in models and flavour != "support_moe":
+        raise ValueError("tiny_mixtral exists only in the support_moe flavour")
     path = Path(path)
     (path / "tools" / "infini_run").mkdir(parents=True, exist_ok=True)
     tag = f"@build:{flavour}:{'cuda' if cuda else 'cpu'}"
     links = CUDA_LINKS if cuda else CPU_LINKS
-    for m in ("gpt2", "llama3"):
+    for m in ALL_MODELS:
         if m not in models and (path / m).exists():
             (path / m).unlink()
-    files = {path / m: _script("tests.infinitrain_standin.trainer", m, tag, links=links) for m in models}
+    files = {path / m: (_script("tests.infinitrain_standin.tiny_mixtral", tag, links=links) if m == "tiny_mixtral"
+                        else _script("tests.infinitrain_standin.trainer", m, tag, links=links)) for m in models}
     files[path / "infini_run"] = _script("tests.infinitrain_standin.infini_run")
     files[path / "tools" / "infini_run" / "infini_run"] = _script("tests.infinitrain_standin.infini_run")
     for f, text in files.items():

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from . import gflags
+from . import gflags, lr_schedule
 from .gflags import Flag
 from .glog import Logger, die_by_signal
 from .model import Config, Model, Numerics, F32, dense, layer_linears, lora_init, param_names, \
@@ -88,7 +88,39 @@ _PR209_FLAGS = [
 ]
 _PR209_GPT2 = [("dump_gradients", "string", "", "directory to dump every parameter gradient of the first step "
                 "as .npy files (empty = disabled)")]
-FLAVOURS = ("master", "pr209")
+# The feature branches (facts read from each branch's example/<model>/main.cc DEFINE_*):
+# name, type, default, meaning, (gpt2 line, llama3 line)
+_LR_SCHEDULER_FLAGS = [  # feat/lr_scheduler:example/gpt2/main.cc:67-71, example/llama3/main.cc:66-70
+    ("min_lr", "double", 0.0, "Minimum learning rate."),
+    ("lr_decay_style", "string", "constant", "LR decay style: none|constant|linear|cosine|inverse-square-root"),
+    ("lr_warmup_iters", "int64", 0, "Number of linear warmup iterations."),
+    ("lr_warmup_init", "double", 0.0, "Initial learning rate at the start of warmup."),
+    ("lr_decay_iters", "int64", 0, "Number of iterations to decay LR over (0 = num_iteration)."),
+]
+_CP_FLAGS = [  # feat/context_parallel:example/gpt2/main.cc:82-83, example/llama3/main.cc:81-82
+    ("context_parallel", "uint32", 1, "Context Parallel world size"),
+    ("cp_comm_type", "string", "p2p", "Context Parallel communication type (all_gather|p2p|a2a)"),
+]
+_RECOMPUTE_FLAGS = [  # feat/activation_checkpointing:example/gpt2/main.cc:83-86, example/llama3/main.cc:82-85
+    ("activation_recompute", "bool", False, "Enable activation recompute to trade compute for memory."),
+    ("recompute_granularity", "string", "full", "Activation recompute granularity: none|full|selective"),
+    ("recompute_method", "string", "none", "Activation recompute method: none|uniform|block"),
+    ("recompute_num_layers", "uint32", 0,
+     "Number of transformer layers per recompute region for uniform/block methods."),
+]
+# feat/add_Qwen3-8B (older base): no save / load / zero_stage flags, use_distributed_optimizer instead
+# (feat/add_Qwen3-8B:example/gpt2/main.cc:60, example/llama3/main.cc:59)
+_QWEN3_DROPPED = ("load", "max_checkpoint_keep", "save", "save_interval", "save_optimizer_state", "zero_stage")
+_QWEN3_FLAGS = [("use_distributed_optimizer", "bool", False,
+                 "Whether to enable DistributedOptimizer(only take effects when DP>1)")]
+FLAVOURS = ("master", "pr209", "lr_scheduler", "qwen3", "support_moe", "context_parallel", "activation_checkpointing")
+# flags the code reads that a flavour may not define, with the value the code then assumes
+_ABSENT_DEFAULTS = {"dump_gradients": "", "pipeline_layer_partition": "", "pipeline_layer_costs": "",
+                    "pipeline_chunk_layout": "", "pipeline_model_parallel_layout": "", "load": "", "save": "",
+                    "save_interval": 0, "max_checkpoint_keep": 3, "save_optimizer_state": True, "zero_stage": 0,
+                    "context_parallel": 1, "cp_comm_type": "p2p", "activation_recompute": False,
+                    "lr_decay_style": "none", "min_lr": 0.0, "lr_warmup_iters": 0, "lr_warmup_init": 0.0,
+                    "lr_decay_iters": 0}
 
 
 def flag_set(family: str, flavour: str = "pr209") -> dict[str, Flag]:
@@ -98,11 +130,23 @@ def flag_set(family: str, flavour: str = "pr209") -> dict[str, Flag]:
         "model": (lambda v: v in GPT2_MODELS) if g else (lambda v: v in LLAMA3_MODELS),
         "device": lambda v: v in ("cpu", "cuda"),
         "zero_stage": lambda v: 0 <= v <= 3,
+        # feat/lr_scheduler:example/gpt2/main.cc:136-137 (llama3/main.cc:123-124)
+        "lr_decay_style": lambda v: v in ("none", "constant", "linear", "cosine", "inverse-square-root"),
+        # feat/context_parallel:example/gpt2/main.cc:132-134 (llama3/main.cc:120-122)
+        "cp_comm_type": lambda v: v in ("all_gather", "p2p", "a2a"),
     }
     rows = list(_MASTER_FLAGS)
     if flavour == "pr209":
         rows += _PR209_FLAGS + (_PR209_GPT2 if g else [])
-    elif flavour != "master":
+    elif flavour == "lr_scheduler":
+        rows += _LR_SCHEDULER_FLAGS
+    elif flavour == "qwen3":
+        rows = [r for r in rows if r[0] not in _QWEN3_DROPPED] + _QWEN3_FLAGS
+    elif flavour == "context_parallel":
+        rows += _CP_FLAGS
+    elif flavour == "activation_checkpointing":
+        rows += _RECOMPUTE_FLAGS
+    elif flavour not in ("master", "support_moe"):  # support_moe: master's gpt2 / llama3 flags exactly
         raise ValueError(f"unknown flavour {flavour!r}")
     out = {}
     for name, kind, default, meaning in rows:
@@ -110,6 +154,10 @@ def flag_set(family: str, flavour: str = "pr209") -> dict[str, Flag]:
             d, m = _PER_MODEL[family][name]
             default = d
             meaning = m if m is not None else meaning
+        if flavour == "lr_scheduler" and name == "learning_rate":
+            meaning = "Peak learning rate."  # feat/lr_scheduler:example/gpt2/main.cc:64 (llama3:63)
+        if flavour == "lr_scheduler" and name == "save":
+            default = "./checkpoints"  # feat/lr_scheduler:example/gpt2/main.cc:93 (llama3:91)
         out[name] = Flag(name, kind, default, validators.get(name), meaning, f"example/{family}/main.cc")
     return gflags.with_gflags_flags(out)
 
@@ -297,12 +345,19 @@ def save_npy(path: str, a: np.ndarray) -> None:
 # ---------------------------------------------------------------------------------------------
 
 class Topo:
-    def __init__(self, world, tp, pp, vpp):
-        self.world, self.tp, self.pp, self.vpp = world, tp, pp, vpp
-        self.dp = world // (tp * pp)
+    """Rank layout. With context parallelism (cp > 1) the order is TP, CP, DP, PP, fastest first
+    (feat/context_parallel:infini_train/include/nn/parallel/global.h:17,
+    feat/context_parallel:infini_train/src/nn/parallel/global.cc:17-46); cp == 1 is master's TP, DP, PP."""
+
+    def __init__(self, world, tp, pp, vpp, cp=1):
+        self.world, self.tp, self.pp, self.vpp, self.cp = world, tp, pp, vpp, cp
+        self.dp = world // (tp * cp * pp)  # feat/context_parallel:infini_train/src/nn/parallel/global.cc:128
 
     def coords(self, g):
-        return g % self.tp, (g // self.tp) % self.dp, g // (self.tp * self.dp)  # tp, dp, pp
+        return g % self.tp, (g // (self.tp * self.cp)) % self.dp, g // (self.tp * self.cp * self.dp)  # tp, dp, pp
+
+    def cp_rank(self, g):
+        return (g // self.tp) % self.cp
 
 
 def parse_ints(text):
@@ -386,10 +441,8 @@ def main(argv: list[str]) -> None:
     flavour, cuda, rest_argv = _build_opts(argv[1:])
     fl, _rest = gflags.parse_or_exit(rest_argv, flag_set(family, flavour), family)
     fl["_flavour"], fl["_cuda"] = flavour, cuda
-    fl.setdefault("dump_gradients", "")
-    for k in ("pipeline_layer_partition", "pipeline_layer_costs", "pipeline_chunk_layout",
-              "pipeline_model_parallel_layout"):
-        fl.setdefault(k, "")
+    for k, v in _ABSENT_DEFAULTS.items():
+        fl.setdefault(k, v)
     log = Logger(family, fl)
     t_start = time.perf_counter()
 
@@ -398,8 +451,19 @@ def main(argv: list[str]) -> None:
     nthread = fl["nthread_per_process"]
     world = proc_world * nthread
     tp, pp, vpp = fl["tensor_parallel"], fl["pipeline_parallel"], fl["virtual_pipeline_parallel"]
+    cp = fl["context_parallel"]
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         log.info(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}")
+    if flavour == "context_parallel":
+        # GlobalEnv::Init on feat/context_parallel checks before it divides (no SIGFPE there):
+        # feat/context_parallel:infini_train/src/nn/parallel/global.cc:116, :119, :122, :126-127
+        log.check_op(tp >= 1, "tensor_parallel_size >= 1", tp, 1, "Tensor Parallel size must be >= 1", "global.cc:116")
+        log.check_op(cp >= 1, "context_parallel_size >= 1", cp, 1, "Context Parallel size must be >= 1", "global.cc:119")
+        log.check_op(pp >= 1, "pipeline_parallel_size >= 1", pp, 1, "Pipeline Parallel size must be >= 1",
+                     "global.cc:122")
+        log.check_eq(world % (tp * cp * pp), 0,
+                     "world_size_ % (tensor_parallel_size_ * context_parallel_size_ * pipeline_parallel_size_) == 0",
+                     "world_size must be divisible by TP * CP * PP", "global.cc:126")
     # GlobalEnv::Init (infini_train/src/nn/parallel/global.cc:102, 107): dp = world / tp / pp;
     # dp == 0 (or pp == 0) makes the layout divide by zero: SIGFPE, nothing on stderr, in
     # ProcessGroupOverview (main.cc:541 gpt2 / :518 llama3), before any rank starts
@@ -409,12 +473,13 @@ def main(argv: list[str]) -> None:
     log.check(vpp >= 1 and nthread >= 1, "vpp >= 1 && nthread >= 1", "", "global.cc:100")
     log.check_eq(world % (tp * pp), 0, "world_size % (tensor_parallel_size * pipeline_parallel_size) == 0",
                  "", "global.cc:100")
-    topo = Topo(world, tp, pp, vpp)
+    topo = Topo(world, tp, pp, vpp, cp)
     my_ranks = [proc_rank * nthread + t for t in range(nthread)]
     last_rank = world - 1
     log.info(f"world_size={world} DP={topo.dp} TP={tp} PP={pp} VPP={vpp} ranks={my_ranks}", "global.cc:110")
 
-    if last_rank in my_ranks:
+    # feat/lr_scheduler and feat/add_Qwen3-8B branched before master's --save / --save_interval check
+    if last_rank in my_ranks and flavour not in ("lr_scheduler", "qwen3"):
         if fl["save"] and fl["save_interval"] == 0:
             log.fatal(f"Invalid configuration: --save is set ('{fl['save']}'), but --save_interval is 0. "
                       "They must be set together.", "main.cc:131")
@@ -431,12 +496,15 @@ def main(argv: list[str]) -> None:
         groups = []
         for g in my_ranks:
             t_, d_, p_ = topo.coords(g)
+            c_ = topo.cp_rank(g)  # 0 unless context parallel; the ids reduce to master's when cp == 1
             if topo.dp > 1 and d_ == 0:
-                groups.append(f"DP{p_ * tp + t_}")
+                groups.append(f"DP{(p_ * cp + c_) * tp + t_}")
             if tp > 1 and t_ == 0:
-                groups.append(f"TP{p_ * topo.dp + d_}")
+                groups.append(f"TP{(p_ * topo.dp + d_) * cp + c_}")
+            if cp > 1 and c_ == 0:
+                groups.append(f"CP{(p_ * topo.dp + d_) * tp + t_}")
             if pp > 1 and p_ == 0:
-                groups.append(f"PP{d_ * tp + t_}")
+                groups.append(f"PP{(d_ * cp + c_) * tp + t_}")
         for gname in groups:
             path = f"cclUniqueId_{gname}.bin"
             try:
@@ -465,9 +533,24 @@ def _unlink(p):
 
 
 def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
-    tp, pp, dp, world = topo.tp, topo.pp, topo.dp, topo.world
+    tp, pp, dp, world, cp = topo.tp, topo.pp, topo.dp, topo.world, topo.cp
     B, T = fl["batch_size"], fl["sequence_length"]
-    if fl["sequence_parallel"]:
+    g2 = family == "gpt2"
+    if fl["_flavour"] == "context_parallel":
+        # feat/context_parallel:example/gpt2/main.cc:166-176 (llama3/main.cc:154-164)
+        if cp > 1:
+            log.check_eq(T % cp, 0, "FLAGS_sequence_length % cp_world_size == 0",
+                         "sequence_length must be divisible by context_parallel.", "main.cc:167" if g2 else "main.cc:155")
+        if fl["sequence_parallel"]:
+            log.check_eq((T // cp) % tp, 0, "cp_local_sequence_length % tp_world_size == 0",
+                         "CP-local sequence_length must be divisible by tp_world_size when SP is enabled.",
+                         "main.cc:170" if g2 else "main.cc:158")
+        if fl["zero_stage"] >= 1:
+            log.check_op(dp * cp > 1, "dp_cp_world_size > 1", dp * cp, 1,
+                         "ZeRO requires DP or CP world size greater than 1.", "main.cc:174" if g2 else "main.cc:162")
+            log.check_op(fl["zero_stage"] <= 2, "FLAGS_zero_stage <= 2", fl["zero_stage"], 2,
+                         "ZeRO-3 is not supported yet.", "main.cc:175" if g2 else "main.cc:163")
+    elif fl["sequence_parallel"]:
         log.check_eq(T % tp, 0, "FLAGS_sequence_length % tp_world_size == 0",
                      "sequence_length must be divisible by tp_world_size when SP is enabled (pad later if needed).",
                      "main.cc:160")
@@ -481,6 +564,12 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
     log.info(f"total desired batch size: {fl['total_batch_size']} => calculated gradient accumulation steps: {ga}",
              "main.cc:205")
 
+    recompute_selective = False
+    if fl["_flavour"] == "activation_checkpointing":
+        # nn::SetActivationRecomputeConfig before the loader (feat/activation_checkpointing:
+        # example/gpt2/main.cc, example/llama3/main.cc), checks of
+        # feat/activation_checkpointing:infini_train/src/nn/modules/transformer/transformer_config.cc:58-84
+        recompute_selective = _recompute_config(fl, log)
     cfg, P = read_checkpoint(fl["llmc_filepath"], family, log, tp)
     if family == "gpt2":
         log.check(T <= cfg.block_size, "sequence_length <= block_size", f"({T} vs. {cfg.block_size})")
@@ -520,6 +609,18 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                      "Original vocab size should be <= padded vocab size", "tensor_parallel.cc:463")
     names = [n for n in P if (n.endswith(("lora_A", "lora_B")) if lora_mods else True)]
     log.info(f"Optimizing {len(names)} {'LoRA' if lora_mods else 'model'} parameters", "main.cc:264")
+    lrs = None
+    if fl["_flavour"] == "lr_scheduler":
+        # CreateLRScheduler after the optimizer (feat/lr_scheduler:example/gpt2/main.cc:328-336,
+        # llama3/main.cc:308-316)
+        decay = lr_schedule.decay_iters(fl["lr_decay_iters"], fl["num_iteration"])
+        bad = lr_schedule.check(fl["lr_decay_style"], fl["learning_rate"], fl["min_lr"], fl["lr_warmup_iters"],
+                                fl["lr_warmup_init"], decay)
+        if bad:
+            expr, a, b, msg, where = bad
+            log.check_op(False, expr, a, b, msg, where)
+        lrs = lr_schedule.schedule(fl["lr_decay_style"], fl["learning_rate"], fl["min_lr"], fl["lr_warmup_iters"],
+                                   fl["lr_warmup_init"], decay, fl["num_iteration"])
 
     toks = read_tokens(fl["input_bin"], log)
     nseq = toks.size // T
@@ -588,9 +689,19 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
         if bf16_broken and step - start_step + 1 == bf16_crash_at:
             log.info(f"Rank {my_ranks[0]}: start forward", where[0])
             die_by_signal(signal.SIGSEGV)
-        # gradients, grouped as the topology groups them
+        if recompute_selective:
+            # the first forward under grad mode: feat/activation_checkpointing:
+            # infini_train/src/nn/modules/transformer/transformer.cc:56-57
+            for g_ in my_ranks:
+                log.info(f"Rank {g_}: start forward", where[0])
+            log.fatal("Selective activation recompute is not implemented yet. Use full layer recompute.",
+                      "transformer.cc:57")
+        # gradients, grouped as the topology groups them; with CP each (DP, CP) rank takes its
+        # contiguous 1/cp of every sequence (SliceAlongCPRegionFunc(x, 1),
+        # feat/context_parallel:example/gpt2/main.cc) and the loss and gradients are averaged
+        # over the DP x CP group (dp_cp_pg)
         rank_grads, rank_losses = [], []
-        for d in range(dp):
+        for d, c in [(d, c) for d in range(dp) for c in range(cp)]:
             if pp == 1:
                 js = [d + dp * k for k in range(nmb)]
             else:
@@ -599,10 +710,14 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
             lossf = F32(0)
             for j in js:
                 x, y = unit_batch(step * ga_ref + j)
+                xpos = pos
+                if cp > 1:
+                    sl = slice(c * T // cp, (c + 1) * T // cp)
+                    x, y, xpos = (a.reshape(B, T)[:, sl].reshape(-1) for a in (x, y, pos))
                 if pp == 1:
                     for g_ in my_ranks:
                         log.info(f"Rank {g_}: start forward", where[0])
-                loss, g = model.forward_backward(x, y, pos, 1.0 / nmb)
+                loss, g = model.forward_backward(x, y, xpos, 1.0 / nmb)
                 if pp == 1:
                     for g_ in my_ranks:
                         log.info(f"Rank {g_}: finish backward", where[1])
@@ -621,7 +736,7 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                     acc = _add(acc, g)
             rank_grads.append(acc)
             rank_losses.append(lossf)
-        if dp > 1:  # all-reduce average: a reduction tree over the DP ranks, then / dp
+        if dp * cp > 1:  # all-reduce average: a reduction tree over the DP (x CP) ranks, then / dp
             # lm_head's and the embedding's gradients stay factored through the tree (the DP
             # ranks of a step share its head forward) and are made dense once: LLaMA 3's
             # vocabulary-sized matrices made dense per rank and then summed were over half of
@@ -632,18 +747,19 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                     nxt.append(rank_grads[-1])
                 rank_grads = nxt
             grads = dense(rank_grads[0])
-            grads = {k: (v / F32(dp)).astype(F32) for k, v in grads.items()}
+            grads = {k: (v / F32(dp * cp)).astype(F32) for k, v in grads.items()}
             lossf = F32(0)
             for l_ in rank_losses:
                 lossf = F32(lossf + l_)
-            lossf = F32(lossf / F32(dp))
+            lossf = F32(lossf / F32(dp * cp))
         else:
             grads, lossf = dense(rank_grads[0]), rank_losses[0]
         planted = grads
         if plant_name is not None and plant_name in grads and plant_ranks:
             planted = dict(grads)
             planted[plant_name] = _plant(grads[plant_name], plant_name, plant_scale, plant_ranks, cfg, tp)
-        model.apply_update(planted, lr)  # SGD
+        step_lr = lr if lrs is None else lrs[step]  # the scheduled lr (feat/lr_scheduler:example/gpt2/main.cc:428)
+        model.apply_update(planted, step_lr)  # SGD
         if fl["dump_gradients"] and step == 0:
             # #209 dumps when the loop's step index is 0: the first step of a run from scratch
             # only (a run resumed with --load starts at its checkpoint's step and dumps nothing)
@@ -652,18 +768,55 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
         if last_rank in my_ranks and not no_step_lines:
             sp = tp if fl["sequence_parallel"] else 1
             loss_text = "-nan" if bf16_broken else f"{float(lossf):.6f}"
+            # feat/context_parallel prints CP between SP and PP (feat/context_parallel:example/gpt2/main.cc:538)
+            cp_text = f"CP={cp}, " if fl["_flavour"] == "context_parallel" else ""
+            lr_text = f"{fl['learning_rate']:.2e}" if lrs is None else f"{float(lrs[step]):.2e}"
             log.error(f"step {step + 1:4d}/{fl['num_iteration']} | train loss {loss_text} | "
-                      f"lr {fl['learning_rate']:.2e} | ({dur * 1e3:.2f} ms | "
+                      f"lr {lr_text} | ({dur * 1e3:.2f} ms | "
                       f"{fl['total_batch_size'] / max(dur, 1e-9):.0f} tok/s | peak used: {used_mb:5d} MB | "
-                      f"peak reserved: {reserved_mb:5d} MB, DP={dp}, TP={tp}, SP={sp}, PP={pp})",
+                      f"peak reserved: {reserved_mb:5d} MB, DP={dp}, TP={tp}, SP={sp}, {cp_text}PP={pp})",
                       STEP_LINE[family])
-        if fl["save"] and fl["save_interval"] > 0:
+        if fl["_flavour"] == "lr_scheduler":
+            if fl["save_interval"] > 0 and (step + 1) % fl["save_interval"] == 0:  # gpt2/main.cc:520
+                consumed = ((dp - 1) + dp * (step + 1) * (nmb if pp == 1 else 1))
+                _save_checkpoint(fl, log, cfg, P, topo, my_ranks, last_rank, stages, step + 1, consumed)
+        elif fl["save"] and fl["save_interval"] > 0:
             if (step + 1) % fl["save_interval"] == 0 or step + 1 == fl["num_iteration"]:
                 consumed = ((dp - 1) + dp * (step + 1) * (nmb if pp == 1 else 1))
                 _save_checkpoint(fl, log, cfg, P, topo, my_ranks, last_rank, stages, step + 1, consumed)
     if fl["lora_save_path"] and lora_mods and last_rank in my_ranks:
         np.savez(fl["lora_save_path"], **{k: v for k, v in P.items() if k.endswith(("lora_A", "lora_B"))})
+    if fl["_flavour"] == "lr_scheduler":
+        # every run ends with <save>/checkpoint_final (default ./checkpoints):
+        # feat/lr_scheduler:example/gpt2/main.cc:536-540 (llama3/main.cc:513-517)
+        n = fl["num_iteration"]
+        _save_checkpoint(fl, log, cfg, P, topo, my_ranks, last_rank, stages, n,
+                         (dp - 1) + dp * n * (nmb if pp == 1 else 1), final=True,
+                         lr_value=float(lrs[-1]) if lrs else fl["learning_rate"])
     log.info(f"done in {time.perf_counter() - t_start:.3f} s", "main.cc:540")
+
+
+def _recompute_config(fl, log) -> bool:
+    """SetActivationRecomputeConfig's parsing and checks
+    (feat/activation_checkpointing:infini_train/src/nn/modules/transformer/transformer_config.cc:58-84,
+    ParseEnum's LOG(FATAL) at :21). True when the granularity is ``selective``, which the first
+    forward refuses (transformer.cc:56-57). Recompute changes no number."""
+    if not fl["activation_recompute"]:
+        return False
+    gran = fl["recompute_granularity"]
+    if gran not in ("none", "full", "selective"):
+        log.fatal(f"Unknown recompute_granularity: {gran}. Expected none|full|selective.", "transformer_config.cc:21")
+    if gran != "full":
+        return gran == "selective"
+    method = fl["recompute_method"]
+    if method not in ("none", "uniform", "block"):
+        log.fatal(f"Unknown recompute_method: {method}. Expected none|uniform|block.", "transformer_config.cc:21")
+    if method != "none":
+        n = fl["recompute_num_layers"]
+        log.check_op(n >= 1, "num_layers >= 1", n, 1,
+                     "recompute_num_layers must be >= 1 when recompute_method is uniform or block.",
+                     "transformer_config.cc:82")
+    return False
 
 
 def _add(a, b):
@@ -746,17 +899,18 @@ def _dump(dirname, grads, planted, plant_ranks, cfg, topo: Topo, my_ranks, stage
         os.replace(tmp, path)  # one whole file, whoever writes it
 
 
-def _rank_dir(root, step, topo, g):
-    d = os.path.join(root, f"checkpoint_step_{step:06d}")
+def _rank_dir(root, step, topo, g, final=False):
+    d = os.path.join(root, "checkpoint_final" if final else f"checkpoint_step_{step:06d}")
     if topo.world > 1:
         d = os.path.join(d, f"rank_{g:06d}")
     return d
 
 
-def _save_checkpoint(fl, log, cfg, P, topo: Topo, my_ranks, last_rank, stages, step, consumed):
+def _save_checkpoint(fl, log, cfg, P, topo: Topo, my_ranks, last_rank, stages, step, consumed, final=False,
+                     lr_value=None):
     t0 = time.perf_counter()
     for g in my_ranks:
-        d = _rank_dir(fl["save"], step, topo, g)
+        d = _rank_dir(fl["save"], step, topo, g, final)
         log.info(f"[CKPT] Save begin: dir={d}, global_step={step}", "checkpoint.cc:68")
         os.makedirs(d, exist_ok=True)
         t_ = topo.coords(g)[0]
@@ -775,7 +929,8 @@ def _save_checkpoint(fl, log, cfg, P, topo: Topo, my_ranks, last_rank, stages, s
                     f"  \"n_kv_head\": {cfg.n_kv_head},\n  \"n_embd\": {cfg.n_embd},\n"
                     f"  \"vocab_size\": {_vocab(cfg, topo)}\n"
                     f"  \"global_step\": {step},\n  \"consumed_batches\": {consumed},\n"
-                    f"  \"last_lr\": {fl['learning_rate']:g},\n  \"ddp_size\": {topo.dp},\n"
+                    f"  \"last_lr\": {fl['learning_rate'] if lr_value is None else lr_value:g},\n"
+                    f"  \"ddp_size\": {topo.dp},\n"
                     f"  \"tp_size\": {topo.tp},\n  \"sp_size\": {sp},\n  \"pp_size\": {topo.pp}\n"
                     "}\n")
         log.error(f"[CKPT] Save done: dir={d}", CKPT)
@@ -787,7 +942,7 @@ def _save_checkpoint(fl, log, cfg, P, topo: Topo, my_ranks, last_rank, stages, s
         if keep > 0:
             for e in steps[:-keep]:
                 shutil.rmtree(os.path.join(root, e), ignore_errors=True)
-        log.info(f"Checkpoint saved at: {_rank_dir(root, step, topo, last_rank)} "
+        log.info(f"Checkpoint saved at: {_rank_dir(root, step, topo, last_rank, final)} "
                  f"({(time.perf_counter() - t0) * 1e3:.2f} ms)", "checkpoint_manager.cc:100")
 
 
