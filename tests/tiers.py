@@ -66,6 +66,7 @@ MODULES: dict[str, str] = {
     "tests/history/test_plots.py": HEAVY,
     "tests/history/test_run_folders.py": UNIT,
     "tests/history/test_store.py": UNIT,
+    "tests/infinitrain/test_branches.py": TORCHRUN,
     "tests/infinitrain/test_infinitrain_config.py": TORCHRUN,
     "tests/infinitrain_standin/test_model.py": UNIT,
     "tests/infinitrain_standin/test_standin.py": SUBPROCESS,

@@ -44,6 +44,8 @@ class Parallel:
     pp: int | None = doc("pipeline stages")
     tp: int | None = doc("tensor-parallel degree")
     dp: int | None = doc("data-parallel degree")
+    cp: int | None = doc("context-parallel degree, where a case sets one (InfiniTrain's "
+                         "`--context_parallel`)", omit_none=True)
     vpp: int | None = doc("chunks per stage")
     sequence_parallel: bool | None = doc("sequence parallelism on")
     schedule: str | None = doc("the pipeline schedule the trainer chose and ran (when it says)",

@@ -30,6 +30,7 @@ def assemble(case: Case, settings: Settings, nodeid: str, trainer: str, reached:
         errors=[outcome.message] if outcome.status in ("failed", "error") else [],
         world_size=case.world_size,
         parallel=Parallel(pp=case.pp, tp=case.tp, dp=case.dp,
+                          cp=case.cp if case.cp > 1 else None,
                           vpp=_vpp(case.vpp, reached.layout, layout),
                           sequence_parallel=bool(case.flags.get("sequence_parallel")),
                           schedule=collected.schedule if collected is not None else None),

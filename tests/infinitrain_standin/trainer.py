@@ -647,6 +647,10 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
         plant_name, _, sc = plant.rpartition(":")
         plant_scale = float(sc)
     plant_ranks = _plant_ranks(os.environ.get("STANDIN_PLANT_RANKS", "all"), tp)
+    # STANDIN_PLANT_RECOMPUTE=<scale>: a planted activation-recompute bug, on every run that
+    # recomputes (one device too): the updates are scaled by 1 + scale.
+    recompute_plant = float(os.environ.get("STANDIN_PLANT_RECOMPUTE", "0") or 0) \
+        if fl.get("activation_recompute") else 0.0
     crash_signal = os.environ.get("STANDIN_CRASH_SIGNAL", "").strip().upper().removeprefix("SIG")
     if crash_signal and crash_signal not in ("SEGV", "ABRT", "FPE"):
         sys.stderr.write(f"STANDIN_CRASH_SIGNAL must be SEGV, ABRT or FPE (got {crash_signal!r})\n")
@@ -755,6 +759,9 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
         else:
             grads, lossf = dense(rank_grads[0]), rank_losses[0]
         planted = grads
+        if recompute_plant:  # a recompute bug: the recomputed forward is off, every update moves
+            planted = {k: (v * np.float32(1.0 + recompute_plant)).astype(v.dtype)
+                       for k, v in grads.items()}
         if plant_name is not None and plant_name in grads and plant_ranks:
             planted = dict(grads)
             planted[plant_name] = _plant(grads[plant_name], plant_name, plant_scale, plant_ranks, cfg, tp)

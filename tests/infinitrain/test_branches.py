@@ -1,0 +1,161 @@
+"""Each InfiniTrain feature branch's own scripts/test_config.json, unchanged, run through the
+`infinitrain` backend against the stand-in playing that branch (its flag sets, rank layout and
+CHECKs, and tiny_mixtral): every case selected is compared, or skipped with the reason.
+
+A session per branch runs what the branch adds (its new tag, or its new cases by node id: a
+node id never depends on the folder's name, as `-k` would), from a cold cache under -n 2; the
+rest of each config is master's, run by tests/infinitrain/test_infinitrain_config.py, and how
+each file is read (programs per tag, roles, notes) is tests/cases/test_branch_configs.py.
+The files are the branches' own, byte for byte (tests/infinitrain/data/branches/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.infinitrain_standin.build import make_build_dir
+from tests.infinitrain_standin.model_files import micro_model_vars, mixtral_model_vars
+
+BRANCHES = Path(__file__).parent / "data" / "branches"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model_vars(tmp_path_factory):
+    root = tmp_path_factory.mktemp("branch-models")
+    return micro_model_vars(root) + mixtral_model_vars(root)
+
+
+def run_branch(tmp_path: Path, flavour: str, config: Path, model_vars: list[str], *select: str,
+               env: dict | None = None, more: tuple = ()) -> tuple[str, list[dict]]:
+    build = make_build_dir(tmp_path / "build", flavour=flavour)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "pytest", "-c", str(tmp_path / "pytest.ini"), "--rootdir",
+            str(tmp_path), "-p", "no:cacheprovider", "-q", f"--harness-config={config}",
+            f"--infinitrain-build={build}", "--gpus", "16", "-n", "2",
+            f"--harness-output={out}", *model_vars, *more, *select]
+    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                            env={**os.environ, **(env or {})})
+    results = sorted(out.glob("sessions/*/results.jsonl"))
+    records = [json.loads(line) for line in results[-1].read_text().splitlines()] \
+        if results else []
+    return result.stdout + result.stderr, records
+
+
+def _node_ids(config: Path, tag: str, ids: tuple[str, ...], models=("gpt2", "llama3")):
+    return [f"{config}::{tag}/{model}/{case}" for model in models for case in ids]
+
+
+def _failures(records):
+    return "\n\n".join(r["errors"][0] for r in records if r["errors"])[:6000]
+
+
+def test_feat_context_parallel_runs_its_cp_cases_with_the_branchs_rank_layout(tmp_path, model_vars):
+    config = BRANCHES / "feat_context_parallel.json"
+    select = (_node_ids(config, "basic", ("9", "9_bfloat16", "10", "10_bfloat16"))
+              + _node_ids(config, "zero", ("9_distopt", "9_zero2", "9_bfloat16_distopt",
+                                           "9_bfloat16_zero2")))
+    output, records = run_branch(tmp_path, "context_parallel", config, model_vars, *select)
+    assert len(records) == 16, output[-3000:]
+    assert Counter(r["status"] for r in records) == {"passed": 16}, _failures(records)
+    nine = next(r for r in records if r["name"] == "basic/gpt2/9")
+    assert nine["world_size"] == 4 and nine["parallel"]["dp"] == 2 and nine["parallel"]["cp"] == 2
+    assert "--context_parallel=2" in nine["command"] and "--nthread_per_process=4" in nine["command"]
+    # the reference is one device without CP: the branch's binary would abort it otherwise
+    # (global.cc:126: world % (TP * CP * PP) == 0)
+    reference = nine["reference"]["command"]
+    assert not any(a.startswith(("--context_parallel", "--cp_comm_type")) for a in reference)
+    ten = next(r for r in records if r["name"] == "basic/llama3/10")
+    assert (ten["world_size"], ten["parallel"]["dp"], ten["parallel"]["cp"]) == (8, 1, 2)
+
+
+def test_feat_activation_checkpointing_compares_recompute_with_the_run_without(tmp_path, model_vars):
+    config = BRANCHES / "feat_activation_checkpointing.json"
+    output, records = run_branch(tmp_path, "activation_checkpointing", config, model_vars,
+                                 "-m", "recompute")
+    assert len(records) == 28, output[-3000:]
+    statuses = Counter(r["status"] for r in records)
+    # The branch's config passes --use_distributed_optimizer, which its binaries do not define
+    # (InfiniTrain's own runner fails those cases): the harness skips them, naming the flag.
+    distopt = [r for r in records if r["flags"].get("use_distributed_optimizer")]
+    assert len(distopt) == 8 and all(
+        r["status"] == "skipped" and "does not accept --use_distributed_optimizer" in r["reason"]
+        for r in distopt)
+    assert statuses == {"passed": 20, "skipped": 8}, _failures(records)
+    for record in records:
+        if record["status"] == "passed":
+            assert "--activation_recompute=true" in record["command"]
+            assert not any("recompute" in a for a in record["reference"]["command"])
+
+
+def test_a_recompute_bug_is_caught_because_the_reference_runs_without_recompute(tmp_path, model_vars):
+    """Planted: with --activation_recompute every update is twice what it should be (one device too). A
+    reference that kept the recompute flags would carry the same bug and pass."""
+    config = BRANCHES / "feat_activation_checkpointing.json"
+    select = _node_ids(config, "recompute", ("2_recompute_uniform2", "7_recompute_uniform2"),
+                       models=("gpt2",))
+    output, records = run_branch(tmp_path, "activation_checkpointing", config, model_vars,
+                                 *select, env={"STANDIN_PLANT_RECOMPUTE": "1.0"})
+    assert {r["name"]: r["status"] for r in records} == {
+        "recompute/gpt2/2_recompute_uniform2": "failed",
+        "recompute/gpt2/7_recompute_uniform2": "failed"}, output[-3000:]
+
+
+def test_feat_lr_scheduler_runs_its_schedules(tmp_path, model_vars):
+    config = BRANCHES / "feat_lr_scheduler.json"
+    output, records = run_branch(tmp_path, "lr_scheduler", config, model_vars, "-m",
+                                 "lr_scheduler", more=("--harness-baseline", "pytorch"))
+    assert len(records) == 20, output[-3000:]
+    distopt = [r for r in records if r["flags"].get("use_distributed_optimizer")]
+    assert len(distopt) == 8 and all(r["status"] == "skipped" for r in distopt)
+    assert Counter(r["status"] for r in records) == {"passed": 12, "skipped": 8}, \
+        _failures(records)
+    # the reference keeps the schedule: its printed lr follows it step by step
+    linear = next(r for r in records if r["name"] == "lr_scheduler/gpt2/3_bfloat16_linear")
+    assert "--lr_decay_style=linear" in linear["reference"]["command"]
+    # the baseline has no lr schedule yet: skipped, naming the flags it lacks
+    for record in records:
+        if record["status"] == "passed" and "lr_decay_style" in record["flags"] \
+                and record["flags"]["lr_decay_style"] != "none":
+            assert record["baseline"]["status"] == "skipped"
+            assert "--lr_decay_style" in record["baseline"]["reason"]
+    assert "builds (build_1, build_2): recorded, not run" in output
+
+
+def test_feat_support_moe_runs_tiny_mixtral_on_the_moe_tag(tmp_path, model_vars):
+    config = BRANCHES / "feat_support_moe.json"
+    output, records = run_branch(tmp_path, "support_moe", config, model_vars, "-m", "moe",
+                                 more=("--harness-baseline", "pytorch"))
+    assert {r["name"] for r in records} == {f"moe/tiny_mixtral/{i}" for i in
+                                            ("1", "1_bfloat16", "2", "2_bfloat16")}, output[-3000:]
+    assert Counter(r["status"] for r in records) == {"passed": 4}, _failures(records)
+    two = next(r for r in records if r["case_id"] == "2")
+    assert two["command"][0].endswith("/tiny_mixtral")
+    assert "--global_batch_size=80" in two["command"] and len(two["losses"]) == 10
+    assert all(r["baseline"]["status"] == "skipped" and "tiny_mixtral" in r["baseline"]["reason"]
+               for r in records)
+    assert "  moe / tiny_mixtral: 4 passed" in output
+    # the nightly's second session, into the same output folder: the same verdicts, from the
+    # warm reference cache
+    again_output, again = run_branch(tmp_path, "support_moe", config, model_vars, "-m", "moe",
+                                     more=("--harness-baseline", "pytorch"))
+    assert {r["name"]: r["status"] for r in again} == {r["name"]: r["status"] for r in records}, \
+        again_output[-3000:]
+    assert all(r["reference"]["built"] is False for r in again)
+
+
+def test_feat_add_qwen3_runs_its_zero_cases_without_zero_stage(tmp_path, model_vars):
+    config = BRANCHES / "feat_add_Qwen3-8B.json"
+    output, records = run_branch(tmp_path, "qwen3", config, model_vars, "-m", "zero")
+    assert len(records) == 16, output[-3000:]
+    assert Counter(r["status"] for r in records) == {"passed": 16}, _failures(records)
+    assert all("--use_distributed_optimizer=true" in r["command"] for r in records)
