@@ -109,11 +109,13 @@ class InfiniTrainBackend:
             raise InfiniTrainError(f"InfiniTrain program {model!r}: the harness has no facts "
                                    f"for it (known: {', '.join(PROGRAMS)}); it is never run as "
                                    f"another program")
-        path = self.build_dir / PROGRAMS[model].binary
+        program = PROGRAMS[model]
+        path = self.build_dir / program.binary
         if not path.is_file():
-            raise InfiniTrainError(f"{self.build_dir}: no `{model}` binary in InfiniTrain's "
-                                   f"build folder (build it, or leave {model} out of the "
-                                   f"config's models)")
+            raise InfiniTrainError(f"{self.build_dir}: no `{program.binary}` binary in "
+                                   f"InfiniTrain's build folder (build it, or leave {model} "
+                                   f"out: variable {program.groups_variable} names its tags, "
+                                   f"a config's `models` its models)")
         return path
 
     def facts(self, model: str) -> BinaryFacts:

@@ -35,8 +35,10 @@ def model_vars(tmp_path_factory):
 
 
 def run_branch(tmp_path: Path, flavour: str, config: Path, model_vars: list[str], *select: str,
-               env: dict | None = None, more: tuple = ()) -> tuple[str, list[dict]]:
-    build = make_build_dir(tmp_path / "build", flavour=flavour)
+               env: dict | None = None, more: tuple = (),
+               models: tuple | None = None) -> tuple[str, list[dict]]:
+    build = make_build_dir(tmp_path / "build", flavour=flavour,
+                           **({"models": models} if models else {}))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "pytest", "-c", str(tmp_path / "pytest.ini"), "--rootdir",
@@ -159,3 +161,16 @@ def test_feat_add_qwen3_runs_its_zero_cases_without_zero_stage(tmp_path, model_v
     assert len(records) == 16, output[-3000:]
     assert Counter(r["status"] for r in records) == {"passed": 16}, _failures(records)
     assert all("--use_distributed_optimizer=true" in r["command"] for r in records)
+
+
+def test_a_program_whose_binary_the_build_lacks_is_one_error_line_per_case(tmp_path, model_vars):
+    config = BRANCHES / "feat_support_moe.json"
+    output, records = run_branch(tmp_path, "support_moe", config, model_vars, "-m", "moe",
+                                 models=("gpt2", "llama3"))
+    assert len(records) == 4 and all(r["status"] == "error" for r in records), output[-3000:]
+    build = tmp_path / "build"
+    for record in records:
+        assert record["errors"][0] == (
+            f"{record['name']}: InfiniTrainError: {build.resolve()}: no `tiny_mixtral` binary in "
+            f"InfiniTrain's build folder (build it, or leave tiny_mixtral out: variable "
+            f"MIXTRAL_TEST_GROUPS names its tags, a config's `models` its models)")
