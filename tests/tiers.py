@@ -137,6 +137,7 @@ MODULES: dict[str, str] = {
     "tests/results/test_record_type.py": UNIT,
     "tests/results/test_records.py": SUBPROCESS,
     "tests/results/test_session_header.py": UNIT,
+    "tests/runner/test_kept_unknown.py": UNIT,
     "tests/runner/test_checkpoints.py": UNIT,
     "tests/runner/test_diagnosis.py": UNIT,
     "tests/runner/test_fp64_ratio.py": UNIT,
