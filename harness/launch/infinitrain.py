@@ -189,6 +189,9 @@ class InfiniTrainBackend:
             return (f"this build's {model} binary does not accept "
                     f"{', '.join('--' + n for n in unknown)} (not in its --helpxml flag "
                     f"listing; {self.binary(model)})")
+        if not self.expected_steps(args):
+            return (f"prints no step line to compare (--log_interval="
+                    f"{args.get('log_interval')}: {FLAG_TABLE['log_interval'].source})")
         if world_size > 1 and not PROGRAMS[model].multi_device:
             return (f"needs {world_size} ranks, but InfiniTrain's {model} runs on one device "
                     f"only ({PROGRAMS[model].source('multi_device')})")
@@ -223,8 +226,12 @@ class InfiniTrainBackend:
         return baseline_flags(model, args, self.facts(model).default)
 
     def expected_steps(self, args: dict) -> list[int]:
+        """The steps a run prints: every one, or with tiny_mixtral's `--log_interval N` every
+        N-th and the last (feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:140; 0: none)."""
         last = int(args.get("num_iteration", DEFAULT_NUM_ITERATION))
-        return list(range(self.first_step(args), last + 1))
+        every = int(args.get("log_interval", 1))
+        return [s for s in range(self.first_step(args), last + 1)
+                if every > 0 and (s % every == 0 or s == last)]
 
     # ------------------------------------------------------------------ the run
 

@@ -16,6 +16,7 @@ from harness.launch.infinitrain import (
     InfiniTrainError,
     strip_glog_prefix,
 )
+from tests.infinitrain_standin.build import make_build_dir
 
 MODELS = ("gpt2", "llama3")
 
@@ -512,3 +513,20 @@ def test_fatal_lines_of_older_glog_without_the_year_are_recognised():
     for prefix in ("F0625", "F20260625"):
         line = f"{prefix} 05:21:33.123456 12345 main.cc:12] Check failed: planted rank 2"
         assert _FATAL.search(line)["message"] == "Check failed: planted rank 2"
+
+
+def test_expected_steps_follow_tiny_mixtrals_log_interval(build):
+    """tiny_mixtral prints every N-th step and the last (feat/support_moe main.cc:140); a
+    run that printed those is not missing the others."""
+    backend = InfiniTrainBackend(build)
+    assert backend.expected_steps({"num_iteration": 10, "log_interval": 3}) == [3, 6, 9, 10]
+    assert backend.expected_steps({"num_iteration": 10, "log_interval": 1}) == list(range(1, 11))
+    assert backend.expected_steps({"num_iteration": 10, "log_interval": 0}) == []
+
+
+@pytest.mark.subprocess  # asks the stand-in binary for its --helpxml listing
+def test_a_run_that_prints_no_step_is_skipped_not_passed(tmp_path):
+    backend = InfiniTrainBackend(make_build_dir(tmp_path / "moe", flavour="support_moe"))
+    reason = backend.unsupported("tiny_mixtral", {"num_iteration": 10, "log_interval": 0}, 1)
+    assert reason.startswith("prints no step line to compare (--log_interval=0: "
+                             "feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:34")
