@@ -71,6 +71,7 @@ MODULES: dict[str, str] = {
     "tests/history/test_store.py": UNIT,
     "tests/infinitrain/test_branches.py": TORCHRUN,
     "tests/infinitrain/test_infinitrain_config.py": TORCHRUN,
+    "tests/infinitrain_standin/test_branches_standin.py": SUBPROCESS,
     "tests/infinitrain_standin/test_model.py": UNIT,
     "tests/infinitrain_standin/test_standin.py": SUBPROCESS,
     "tests/launch/test_backends.py": UNIT,
