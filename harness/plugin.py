@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cases import ConfigError, Overrides, load_config, read_tags
-from harness.cases.node_ids import case_line, case_names
+from harness.cases.node_ids import case_line, case_names, case_selected, parse_case_patterns
 from harness.results.location import DEFAULT_OUTPUT, env_output, record_last_session
 from harness.runner.settings import (
     Options,
@@ -150,6 +150,20 @@ def _settings(config: pytest.Config) -> Settings:
         config.stash[_DERIVED] = Settings.from_options(s["options"], s["session_dir"],
                                                        s["reference_root"], s["worker"])
     return config.stash[_DERIVED]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """--harness-cases: keep the cases whose own name matches (harness.cases.node_ids)."""
+    patterns = parse_case_patterns(config.stash[_SETTINGS]["options"].cases)
+    if not patterns:
+        return
+    kept, dropped = [], []
+    for item in items:
+        selected = not isinstance(item, HarnessCaseItem) or case_selected(item.case.name, patterns)
+        (kept if selected else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

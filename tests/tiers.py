@@ -101,6 +101,7 @@ MODULES: dict[str, str] = {
     "tests/logs/test_cli.py": UNIT,
     "tests/logs/test_pairing.py": UNIT,
     "tests/logs/test_readers.py": UNIT,
+    "tests/plugin/test_case_selection.py": SUBPROCESS,
     "tests/plugin/test_config_paths.py": SUBPROCESS,
     "tests/plugin/test_e2e.py": TORCHRUN,
     "tests/plugin/test_e2e_updates.py": TORCHRUN,

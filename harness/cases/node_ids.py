@@ -1,8 +1,10 @@
 """Which pytest node ids are cases of a config file (`<file>::tag/model/id`): under xdist the
-controller learns the collected cases from its workers' node ids only."""
+controller learns the collected cases from its workers' node ids only; and which cases a
+`--harness-cases` selection keeps, matched on the case's own name alone."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -33,3 +35,25 @@ def case_line(path: Path, tag: str, case_id: str) -> int | None:
                    if re.search(rf'"tag"\s*:\s*"{re.escape(tag)}"', line)), 0)
     pattern = re.compile(rf'"id"\s*:\s*"{re.escape(case_id)}"')
     return next((i + 1 for i in range(tag_at, len(lines)) if pattern.search(lines[i])), None)
+
+
+def parse_case_patterns(text: str | None) -> tuple[str, ...]:
+    """`--harness-cases`' comma list of `tag/model/id` patterns (`*` and `?` as in shell
+    globs, per part), or ValueError naming the pattern and what was expected."""
+    if not text:
+        return ()
+    patterns = tuple(item.strip() for item in text.split(",") if item.strip())
+    for pattern in patterns:
+        if len(pattern.split("/")) != 3 or "" in pattern.split("/"):
+            raise ValueError(f"--harness-cases {pattern!r}: expected tag/model/id, each part a "
+                             f"name or a glob (basic/gpt2/1, basic/*/4, lora/llama3/*)")
+    return patterns
+
+
+def case_selected(name: str, patterns: tuple[str, ...]) -> bool:
+    """Whether a case named `tag/model/id` matches one of `patterns` part by part: only the
+    case's own name is matched, never the folders above it (which pytest's `-k` also matches,
+    so `-k 1` selects every case of a checkout in a folder whose name holds a 1)."""
+    parts = name.split("/")
+    return any(all(fnmatch.fnmatchcase(part, glob) for part, glob in zip(parts, pattern.split("/")))
+               for pattern in patterns)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.cases.config_types import BACKENDS, INFINITRAIN_LAUNCHES, Overrides
+from harness.cases.node_ids import parse_case_patterns
 from harness.launch.registry import launcher_names
 
 # How the bundled trainer's ranks start: the launchers registered in harness.launch.registry;
@@ -108,6 +109,11 @@ class Options:
     variables: tuple[str, ...] = _option(
         "--harness-var", (), metavar="NAME=VALUE", action="append",
         help="set a config variable (@NAME@), over the file's `variables`")
+    cases: str | None = _option(
+        "--harness-cases", None, metavar="PATTERNS",
+        help="run only the cases whose tag/model/id matches one of these comma-separated "
+             "patterns (globs per part: basic/gpt2/1,basic/*/4); unlike -k, only the case's "
+             "own name is matched, never the folders above it")
     flag_roles: tuple[str, ...] = _option(
         "--harness-flag-role", (), metavar="NAME=ROLE", action="append",
         help="the role of a trainer flag the harness does not know (mathematics, topology, "
@@ -213,6 +219,7 @@ class Options:
     def check(self) -> None:
         """ValueError naming the flag for options that cannot go together or are out of range
         (checked when the session starts, before anything runs)."""
+        parse_case_patterns(self.cases)
         if self.calibrate_repeats is None:
             return
         # the calibration's arithmetic loads numpy: only for a calibration session
