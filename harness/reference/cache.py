@@ -58,7 +58,7 @@ def reference_key(model: str, files: dict[str, str | os.PathLike], flags: dict[s
                   device: str, trainer_version: str) -> dict:
     return {
         "model": model,
-        "files": {role: file_sha256(path) for role, path in sorted(files.items()) if role != "input_bin"},
+        "files": {role: file_sha256(path) for role, path in sorted(files.items())},
         "flags": dict(sorted(flags.items())),
         "device": device,
         "trainer": trainer_version,
