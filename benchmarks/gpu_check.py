@@ -58,7 +58,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.compare.render import MARKDOWN, table  # noqa: E402
 from harness.launch.process import end, start, tail  # noqa: E402
-from harness.report.reading import NoResults, latest_results, read_session  # noqa: E402
+from harness.results.reading import NoResults, latest_results, read_session  # noqa: E402
 from harness.contracts.records import STEPS_NAME, read_json, read_jsonl  # noqa: E402
 
 FORMAT = "harness.gpu_check/1"

@@ -1,7 +1,10 @@
-"""Collection, the suggestion tool and the report must start without loading torch."""
+"""Collection, the suggestion tool and the report must start without loading torch; and the
+packages keep pyproject.toml's import contract (their layers, no import cycles)."""
 
 import subprocess
 import sys
+
+import pytest
 
 TORCH_FREE = [
     "harness.layout",
@@ -49,72 +52,97 @@ def test_device_settings_without_a_gpu_driver_do_not_load_torch(tmp_path):
         assert (device, torch_loaded) == ("cpu", "False")
 
 
-# ------------------------------------------------------------------------------ import cycles
+# ------------------------------------------------------------------------------ the layering
 #
-# An import cycle among harness modules, found by reading the sources (ast), not by importing:
-# every import statement counts, at module level or inside a function (a function-level import
-# that closes a cycle is the same dependency, only deferred); those under `if TYPE_CHECKING:`
-# never run and do not. Importing `a.b.c` also runs the packages `a.b` and `a` unless the
-# importer is inside them already, so a package __init__ that imports is part of the graph.
+# pyproject.toml's import contracts ([tool.importlinter]; `lint-imports` checks the same, and
+# .ci/run runs it): the packages form layers, each importing only those below it (packages that
+# share a layer import neither each other), and the children of every package, at any depth,
+# import each other without a cycle. grimp's graph counts every import statement, at module level,
+# inside a function (a deferred import is the same dependency) or under `if TYPE_CHECKING:`.
 
-from harness.launch.trainer_sources import import_graph  # noqa: E402
+import grimp  # noqa: E402
+from importlinter.api import read_configuration  # noqa: E402
+from importlinter.contracts.acyclic_siblings import AcyclicSiblingsContract  # noqa: E402
+from importlinter.contracts.layers import LayersContract  # noqa: E402
 
-# Cycles allowed for now, each with why (none since harness.launch.placement ended the last,
-# multinode <-> slurm).
-KNOWN_CYCLES: dict[frozenset, str] = {}
+from tests.test_package_maps import PYPROJECT, contract_layers  # noqa: E402
+
+CONTRACT_TYPES = {"layers": LayersContract, "acyclic_siblings": AcyclicSiblingsContract}
 
 
-def import_cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    found: list[frozenset[str]] = []
+def _contracts() -> dict:
+    """pyproject.toml's import contracts, by id."""
+    config = read_configuration(str(PYPROJECT))
+    return {options["id"]: CONTRACT_TYPES[options["type"]](options["name"],
+                                                          config["session_options"], options)
+            for options in config["contracts_options"]}
 
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = set()
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.add(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(frozenset(component))
 
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
+def _graph(*planted: tuple[str, str], type_checking: bool = True) -> grimp.ImportGraph:
+    graph = grimp.build_graph("harness", cache_dir=None,
+                              exclude_type_checking_imports=not type_checking)
+    for importer, imported in planted:
+        graph.add_import(importer=importer, imported=imported)
+    return graph
+
+
+@pytest.mark.parametrize("contract_id", ["layers", "acyclic"])
+def test_the_import_contract_is_kept(contract_id):
+    check = _contracts()[contract_id].check(_graph(), verbose=False)
+    assert check.kept, f"pyproject.toml's {contract_id!r} import contract is broken (run " \
+                       f"lint-imports for the imports that break it): {check.metadata}"
+
+
+def test_every_package_and_top_level_module_has_a_layer():
+    children = {m.rpartition(".")[2] for m in _graph().find_children("harness")}
+    placed = [name for layer in contract_layers() for name in layer]
+    assert sorted(placed) == sorted(children)
+
+
+@pytest.mark.parametrize("planted, contract_id", [
+    # a lower layer importing a higher one (the issue's: the config's cases reading launch)
+    ([("harness.contracts.flags", "harness.runner.settings")], "layers"),
+    ([("harness.cases.config_types", "harness.launch.backends")], "layers"),
+    # two packages of one layer: neither imports the other
+    ([("harness.history.store", "harness.runner.settings")], "layers"),
+    ([("harness.registry", "harness.styles")], "layers"),
+    # two modules of one package importing each other
+    ([("harness.launch.ports", "harness.launch.leases"),
+      ("harness.launch.leases", "harness.launch.ports")], "acyclic"),
+    # the trainer's models and parallel: only the families' plans may import parallel/
+    ([("harness.trainer.models.common", "harness.trainer.parallel.world")], "acyclic"),
+])
+def test_the_contract_refuses_a_planted_import(planted, contract_id):
+    assert not _contracts()[contract_id].check(_graph(*planted), verbose=False).kept
+
+
+def _back_into_a_package() -> list[str]:
+    """What the contracts cannot see: a module that imports a package above it whose __init__
+    imports the module back (`from harness.launch import free_port` inside harness/launch/, with
+    harness/launch/__init__.py importing that module). Only imports that run count."""
+    graph = _graph(type_checking=False)
+    found = []
+    for module in sorted(graph.modules):
+        for package in graph.find_modules_directly_imported_by(module):
+            if module.startswith(package + "."):
+                chain = graph.find_shortest_chain(importer=package, imported=module)
+                if chain:
+                    found.append(" -> ".join((module, *chain)))
     return found
 
 
-def test_the_cycle_finder_finds_a_planted_cycle():
-    graph = {"harness.a": {"harness.b"}, "harness.b": {"harness.c"}, "harness.c": {"harness.a"},
-             "harness.d": {"harness.a"}}
-    assert import_cycles(graph) == [frozenset({"harness.a", "harness.b", "harness.c"})]
-    assert import_cycles({"harness.a": {"harness.b"}, "harness.b": set()}) == []
+def test_no_module_imports_a_package_whose_init_imports_it_back():
+    assert not _back_into_a_package()
 
 
-def test_the_graph_sees_function_level_imports_and_implicit_packages():
-    graph = import_graph()
-    # multinode.py imports DeviceLeases inside a function
-    assert "harness.launch.leases" in graph["harness.launch.multinode"]
-    # a family's plan imports harness.trainer.parallel.tensor_parallel, which runs the package
-    plan = graph["harness.trainer.models.gpt2.parallelize"]
-    assert {"harness.trainer.parallel", "harness.trainer.parallel.tensor_parallel"} <= plan
+def test_the_package_check_finds_a_planted_one(monkeypatch):
+    build = grimp.build_graph
 
+    def planted(*args, **kwargs):
+        graph = build(*args, **kwargs)
+        graph.add_import(importer="harness.launch.ports", imported="harness.launch")
+        return graph
 
-def test_no_import_cycles_among_harness_modules():
-    cycles = [sorted(c) for c in import_cycles(import_graph()) if c not in KNOWN_CYCLES]
-    assert not cycles, f"import cycles: {cycles}"
+    monkeypatch.setattr(grimp, "build_graph", planted)
+    assert _back_into_a_package() == ["harness.launch.ports -> harness.launch -> "
+                                      "harness.launch.ports"]

@@ -1,6 +1,6 @@
 """A foreign trainer's gradient dump against the PyTorch baseline's, parameter by parameter.
 
-The two dumps name and cut parameters differently (harness.baseline.semantics, FACTS): the
+The two dumps name and cut parameters differently (harness.contracts.semantics, FACTS): the
 subject writes InfiniTrain's state-dict names (`transformer.h.3.attn.c_attn.weight`), the
 bundled trainer llm.c's (`h.3.attn.c_attn.weight`); the bundled trainer writes a tied
 parameter once (GPT-2's `lm_head.weight` is `wte.weight`), InfiniTrain under both names; and
@@ -22,9 +22,9 @@ import numpy as np
 
 from harness.compare.diff import GradientDiff, compare_gradients, gradient_names
 from harness.contracts.models import MODEL_SPECS
+from harness.contracts.semantics import (VOCABULARY_PARAMETERS, BaselineUnmatched,
+                                        baseline_parameter_name)
 from harness.contracts.tolerance import Tolerance
-
-from .semantics import VOCABULARY_PARAMETERS, BaselineUnmatched, baseline_parameter_name
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 implementation, kept apart from the self-check ("did parallelism change the numbers?").
 
 `--harness-baseline pytorch` runs the bundled PyTorch trainer with the subject's semantics
-(harness.baseline.semantics) on one device, on the case's global batch, and compares every
+(harness.contracts.semantics) on one device, on the case's global batch, and compares every
 step's loss with the case's (harness.compare.baseline); where the case dumped gradients
 (InfiniTrain's #209 GPT-2), the baseline dumps its first step's too, and every parameter is
-compared under the bundled trainer's name (harness.baseline.semantics), with the self-check's
+compared under the bundled trainer's name (harness.contracts.semantics), with the self-check's
 thresholds, a TP rank's un-gathered file against its slice. Those runs are cached like
 references, one per key (model, model files, baseline flags, whether it dumped gradients,
 device, the bundled trainer's version), in `<reference cache>/baselines/`, so a warm session
@@ -24,11 +24,11 @@ from harness.compare.baseline import BaselineVerdict, judge_baseline
 from harness.compare.diff import GradientDiff, gradient_names
 from harness.compare.render import gradient_lines
 from harness.contracts.records import read_jsonl, write_steps
+from harness.contracts.semantics import BaselineUnmatched
 from harness.launch import HarnessBackend
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 
 from .gradients import GradientRequest, compare_with_baseline
-from .semantics import BaselineUnmatched
 
 PYTORCH = "pytorch"
 BASELINE_STATUSES = ("passed", "failed", "skipped", "error")

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.launch.registry import backend_names
 from harness.contracts.flags import (
     FLAG_TABLE,
     HARNESS,
@@ -19,6 +18,7 @@ from harness.contracts.flags import (
     unknown_to,
 )
 from harness.contracts.tolerance import Tolerance, Tolerances  # noqa: F401  (HarnessConfig's field type)
+from harness.registry import backend_names
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Assets:
     dir: Path | None = None
 
 
-# The trainer backends registered when this module is imported (harness.launch.registry), for
+# The trainer backends registered when this module is imported (harness.registry), for
 # what is built once from them (--harness-trainer's choices, the shipped schema); a config is
 # checked against those registered at the time (TrainerSpec).
 BACKENDS = backend_names()

@@ -183,7 +183,7 @@ SCHEMA: dict = {
 
 def with_backends(backends: Sequence[str]) -> dict:
     """SCHEMA with `trainer.backend` one of `backends`: the loader passes those registered at
-    the time (harness.launch.registry), so a backend registered after import is a valid one."""
+    the time (harness.registry), so a backend registered after import is a valid one."""
     if list(backends) == list(BACKENDS):
         return SCHEMA
     properties = SCHEMA["properties"]

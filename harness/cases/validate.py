@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
-from harness.launch.registry import backend_names
+from harness.registry import backend_names
 
 from .errors import failer_for
 from .schema import SCHEMA, with_backends

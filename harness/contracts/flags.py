@@ -133,7 +133,7 @@ FLAGS: tuple[Flag, ...] = (
     _f("optimizer", str, "sgd", "sgd (plain, as InfiniTrain) or adamw", "mathematics",
        trainers={HARNESS}, choices=OPTIMIZERS),
     # llm.c's 0.95 by default; 0.999 for InfiniTrain's Adam (its optimizer.h), which the
-    # PyTorch baseline of its llama3 runs with (harness.baseline.semantics).
+    # PyTorch baseline of its llama3 runs with (harness.contracts.semantics).
     _f("adam_beta2", float, 0.95, "AdamW's second-moment decay (beta2)", "mathematics",
        trainers={HARNESS}, **_NONNEG),
     _f("seed", int, 42, "seed of every random choice the run makes", "mathematics",

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.report.reading import DEFAULT_ROOT
+from harness.results.reading import DEFAULT_ROOT
 from harness.results.location import env_output
 
 from .drawing import Drawers

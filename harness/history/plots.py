@@ -25,7 +25,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import LogFormatter  # noqa: E402
 
-from harness.report.styles import series_styles  # noqa: E402
+from harness.styles import series_styles  # noqa: E402
 
 # A case's points per panel field, [(night, value)] (drawing.case_points, which imports this
 # module in the workers: named here again, not imported, so the two do not import each other)

@@ -14,7 +14,7 @@ import math
 import os
 from pathlib import Path
 
-from harness.report.values import slug
+from harness.results.values import slug
 
 from .drawing import Drawers, case_points
 from .findings import Finding, all_findings, last_change, since

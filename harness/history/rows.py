@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.report.noise import relative_error
-from harness.report.values import number, section
+from harness.results.noise import relative_error
+from harness.results.values import number, section
 
 HISTORY_FORMAT = "harness.history/1"
 SOURCES = ("session", "run-folder")  # a harness session, or a foreign trainer's own run folder

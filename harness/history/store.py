@@ -42,7 +42,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from harness.report.reading import read_session
+from harness.results.reading import read_session
 from harness.results.session import HEADER_NAME, read_header
 from harness.contracts.records import RESULTS_NAME, scan_jsonl, scan_jsonl_text, write_atomic
 

@@ -1,7 +1,7 @@
 """Trainer backends: how a run is launched and how its outputs are read back.
 
 - HarnessBackend: our trainer, its ranks started by the launcher the settings name
-  (harness.launch.registry: torchrun, `python -m harness.trainer` for one process and
+  (harness.registry: torchrun, `python -m harness.trainer` for one process and
   `python -m torch.distributed.run --nproc-per-node N --rdzv-backend c10d
   --rdzv-endpoint 127.0.0.1:PORT ... -m harness.trainer` for more; or the zygote), whose log
   layout and failure record it reads. Outputs: run.json, steps.jsonl, the gradient dump.
@@ -23,14 +23,14 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from harness.baseline.semantics import BaselineUnmatched
+from harness import registry
 from harness.contracts.flags import flag_argv
 from harness.contracts.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR
 from harness.contracts.records import read_json, read_jsonl
+from harness.contracts.semantics import BaselineUnmatched
 
-from . import registry
 from .launcher import Launcher, RankRun, rank_with_traceback
 from .process import ProcessResult
 from .torchrun import TorchrunLauncher
@@ -79,7 +79,7 @@ class TrainerBackend(Protocol):
     """What the case runner asks of a trainer, declared in full (no backend is probed for a
     method it may lack)."""
 
-    name: str  # its registry name (harness.launch.registry)
+    name: str  # its registry name (harness.registry)
 
     def version(self) -> str: ...
 
@@ -104,7 +104,7 @@ class TrainerBackend(Protocol):
     def baseline_flags(self, model: str, flags: dict) -> dict:
         """The bundled PyTorch trainer's flags that compute what this trainer computes for
         these case flags, on one device (the live baseline, harness.baseline); raises
-        harness.baseline.semantics.BaselineUnmatched with the reason where none can."""
+        harness.contracts.semantics.BaselineUnmatched with the reason where none can."""
 
     def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
         """Run it on this machine (harness.launch.placement sends several nodes and Slurm
@@ -168,7 +168,7 @@ class WholeGradientsFromStart:
     def baseline_flags(self, model: str, flags: dict) -> dict:
         raise BaselineUnmatched(f"the {self.name} trainer has no recorded semantics to run the "
                                 f"bundled PyTorch trainer with (InfiniTrain's binaries have: "
-                                f"harness.baseline.semantics)")
+                                f"harness.contracts.semantics)")
 
 
 def logged_text(result: ProcessResult, logs: list[Path]) -> str:
@@ -227,9 +227,21 @@ def _float(text: str) -> float:
         return math.nan
 
 
+
+def registered_launcher(name: str) -> Launcher:
+    """The launcher registered as `name` (harness.registry.LAUNCHERS), made afresh (a launcher
+    holds no run's state)."""
+    return registry.resolve(registry.LAUNCHERS, name, "launcher")()
+
+
+def backend_factory(name: str) -> Callable[[HarnessConfig, Path | None], TrainerBackend]:
+    """The factory of the trainer backend registered as `name`
+    (harness.registry.TRAINER_BACKENDS)."""
+    return registry.resolve(registry.TRAINER_BACKENDS, name, "trainer backend")
+
 class LauncherRanks(ABC):
     """The answers of a trainer whose ranks a registered launcher starts (the one
-    settings.launcher names, harness.launch.registry): launching, and the rank logs and failure
+    settings.launcher names, harness.registry): launching, and the rank logs and failure
     record of the launcher that ran a result (ProcessResult.launcher). A backend that mixes it
     in says what each rank runs in `rank_run`."""
 
@@ -243,11 +255,12 @@ class LauncherRanks(ABC):
 
     def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
         """Run it with the launcher settings.launcher names."""
-        return registry.launcher(settings.launcher).launch(self.rank_run(spec, settings.timeout_s))
+        run = self.rank_run(spec, settings.timeout_s)
+        return registered_launcher(settings.launcher).launch(run)
 
     def launcher_of(self, result: ProcessResult) -> Launcher:
         """The launcher that ran `result`, whose logs and failure record it has."""
-        return registry.launcher(result.launcher or self.default_launcher)
+        return registered_launcher(result.launcher or self.default_launcher)
 
     def rank_logs(self, spec: LaunchSpec, result: ProcessResult) -> dict[str, list[Path]]:
         return self.launcher_of(result).rank_logs(spec.log_dir, result)

@@ -56,7 +56,7 @@ class BinaryFacts:
     flags: frozenset[str]  # every flag its listing names
     multi_rank: bool  # built with CUDA: can run more than one rank
     # (flag, default) as the listing's <default> gives it, sorted: what a flag the case leaves
-    # out is (the PyTorch baseline runs with its defaults, harness.baseline.semantics)
+    # out is (the PyTorch baseline runs with its defaults, harness.contracts.semantics)
     defaults: tuple[tuple[str, str], ...] = ()
     identified: str = "elf"  # how `sha256` was found (Identity.identified)
 

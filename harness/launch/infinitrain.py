@@ -32,9 +32,9 @@ import hashlib
 import re
 from pathlib import Path
 
-from harness.baseline.semantics import baseline_flags
 from harness.contracts.flags import FLAG_TABLE, flag_argv, resumed_first_step
 from harness.contracts.programs import PROGRAMS
+from harness.contracts.semantics import baseline_flags
 
 from .backends import (
     LaunchSpec,
@@ -97,7 +97,7 @@ class InfiniTrainBackend:
 
     @classmethod
     def from_config(cls, config, facts_dir: Path | None = None) -> "InfiniTrainBackend":
-        """The backend a config's trainer section names (harness.launch.registry's factory)."""
+        """The backend a config's trainer section names (harness.registry's factory)."""
         spec = config.trainer
         return cls(spec.build_dir, spec.launch, env=dict(spec.env), facts_dir=facts_dir,
                    source=spec.build_source)
@@ -221,7 +221,7 @@ class InfiniTrainBackend:
         return resumed_first_step(args.get("load"))
 
     def baseline_flags(self, model: str, args: dict) -> dict:
-        """The PyTorch baseline's flags: InfiniTrain's semantics (harness.baseline.semantics),
+        """The PyTorch baseline's flags: InfiniTrain's semantics (harness.contracts.semantics),
         with the defaults this build's own --helpxml listing gives."""
         return baseline_flags(model, args, self.facts(model).default)
 

@@ -1,6 +1,6 @@
 """The Launcher protocol: how a run's ranks start, where its failure is recorded, where each
 rank's log is. torchrun (harness.launch.torchrun) and the zygote (harness.launch.zygote)
-implement it; harness.launch.registry names them; a trainer backend asks the launcher object,
+implement it; harness.registry names them; a trainer backend asks the launcher object,
 never its name.
 
 No torch here, and no harness module above harness.contracts: the registry and the backends import

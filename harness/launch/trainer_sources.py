@@ -7,7 +7,6 @@ the sources (ast), not by importing them: every import statement counts, at modu
 inside a function (a function-level import runs too, only later, e.g. a family's TP plan),
 those under `if TYPE_CHECKING:` do not, and importing `a.b.c` also runs the packages `a.b` and
 `a`. Reading is torch-free and takes ~0.1 s; importing would miss the function-level imports.
-tests/test_imports.py uses the same graph to find import cycles.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """Markdown reports of harness sessions: `python -m harness.report` (see cli.py), plots, and
 the comparison of two sessions. Reads the plugin's results files (docs/results_format.md).
+What it shares with the history sits below both: reading a session (harness.results.reading),
+numbers out of records and cell formats (harness.results.values), throughput noise
+(harness.results.noise), the figures' line styles (harness.styles).
 
 Data (records in, facts out; no markdown):
 
-    reading.py                 one session's results, read without trusting them
     case_view.py               CaseView per record (layout, parallelism, dtype, headline
                                numbers), status counts, environment facts
     session_diff.py            two sessions matched by case: status changes, speed, settings
     throughput.py              layout groups: tokens/s of cases differing only in layout
-    noise.py                   is a throughput difference outside the timed steps' spread
     steps.py                   the step number of each loss (a resumed run starts late)
-    values.py                  tolerant number reading and cell formats
 
 Writing (markdown, figures, files):
 
@@ -20,13 +20,12 @@ Writing (markdown, figures, files):
     baseline.py                the "Baseline check" section: each case's baseline verdict
                                beside its self-check, the divergence step by step
     plots.py                   PNG figures beside the markdown
-    styles.py                  the series' line styles, shared with the history's figures
     document.py                the report: sections in reading order, plots linked
     cli.py                     `python -m harness.report`
     artifacts.py               `python -m harness.report.artifacts`: failing cases' folders
 """
 
-from .reading import NoResults, Session, latest_results, read_session, resolve
+from harness.results.reading import NoResults, Session, latest_results, read_session, resolve
 
 __all__ = ["NoResults", "Report", "Session", "build", "latest_results", "read_session", "resolve"]
 

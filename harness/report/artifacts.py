@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .reading import NoResults, read_session, resolve
+from harness.results.reading import NoResults, read_session, resolve
 
 SKIPPED_DIRS = {"gradients"}
 

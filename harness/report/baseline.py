@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.baseline.summary import baseline_summary
 from harness.compare.baseline import BASELINE_THRESHOLDS, step_limit
-
-from .values import md_escape
+from harness.results.baseline_summary import baseline_summary
+from harness.results.values import md_escape
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harness.results.records import STATUSES
-
-from .values import number, section
+from harness.results.values import number, section
 
 LAYOUT_FLAGS = ("pipeline_layer_partition", "pipeline_layer_costs", "pipeline_chunk_layout",
                 "pipeline_model_parallel_layout", "virtual_pipeline_parallel")

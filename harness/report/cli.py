@@ -13,8 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.results.reading import NoResults, default_results, read_session, resolve
+
 from .document import build
-from .reading import NoResults, default_results, read_session, resolve
 
 
 def parser() -> argparse.ArgumentParser:

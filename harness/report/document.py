@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.results.reading import Session
+
 from . import baseline, markdown, plots
 from .case_view import CaseView, view
-from .reading import Session
 from .session_diff import compare
 from .session_diff_markdown import comparison as comparison_section
 from .throughput import layout_groups

@@ -8,7 +8,9 @@ import math
 
 from harness.compare import render
 from harness.compare.render import gradient_markdown, loss_markdown
+from harness.results.reading import Session
 from harness.results.records import STATUSES
+from harness.results.values import NA, g, md_escape, number, percent, section, tolerance_text, whole
 
 from .case_view import (
     BUNDLED,
@@ -21,9 +23,7 @@ from .case_view import (
     trainer_of,
 )
 from .plots import verdict_link
-from .reading import Session
 from .throughput import LayoutGroup
-from .values import NA, g, md_escape, number, percent, section, tolerance_text, whole
 
 STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped",
                "error": "💥 error"}
@@ -449,7 +449,7 @@ FOREIGN_CPU_THROUGHPUT_WARNING = (
 
 
 def throughput(groups: list[LayoutGroup]) -> list[str]:
-    from .noise import judge, spread_text
+    from harness.results.noise import judge, spread_text
 
     if not groups:
         return []

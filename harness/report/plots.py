@@ -25,11 +25,11 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from harness.compare.locate import Locator, canonical_name, layer_of  # noqa: E402
+from harness.results.values import g, number, section, slug  # noqa: E402
+from harness.styles import series_styles  # noqa: E402
 
 from .case_view import CaseView  # noqa: E402
 from .steps import reference_steps, run_steps  # noqa: E402
-from .styles import series_styles  # noqa: E402
-from .values import g, number, section, slug  # noqa: E402
 
 _TINY = 1e-12  # a log axis cannot show an exact 0 difference
 

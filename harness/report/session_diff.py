@@ -1,14 +1,15 @@
 """Two sessions side by side, matched by case name (tag/model/id): what newly fails, what newly
 passes, what appeared or went away, what got faster or slower (new tokens/s over old, called
-only outside the noise band of the two cases' timed steps, harness.report.noise, and at least
+only outside the noise band of the two cases' timed steps, harness.results.noise, and at least
 SPEED_THRESHOLD), and which session settings differ."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.results.noise import Judgement, judge
+
 from .case_view import CaseView, foreign_only
-from .noise import Judgement, judge
 
 BAD = ("failed", "error")
 SPEED_THRESHOLD = 0.05  # and never under 5%: sessions apart in time see different machine load

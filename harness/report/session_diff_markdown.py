@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from harness.results.values import md_escape, percent, whole
+
 from .markdown import STATUS_MARK, table
 from .session_diff import SPEED_THRESHOLD, Comparison
-from .values import md_escape, percent, whole
 
 
 def comparison(result: Comparison) -> list[str]:

@@ -19,9 +19,9 @@ from harness.layout import LayerCosts, LayoutError, PipelineLayout, parse_costs
 from harness.layout.schedules import SCHEDULES_FOR_KIND, SIMULATED, chunk_order_kind
 from harness.layout.step_model import StepCosts, StepModel
 from harness.contracts.flags import role_of
+from harness.results.values import number, section
 
 from .case_view import LAYOUT_FLAGS, CaseView
-from .values import number, section
 
 # What is computed, besides the layout, read from the flag table's roles: mathematics and
 # topology. Inputs, outputs (a run's own paths among them) and resume points do not count.

@@ -7,8 +7,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from harness.baseline.summary import baseline_summary
 from harness.contracts.records import read_jsonl
+
+from .baseline_summary import baseline_summary
 
 STATUSES = ("passed", "failed", "skipped", "error")
 

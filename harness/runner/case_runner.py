@@ -47,8 +47,8 @@ from harness.compare.diff import gradient_names
 from harness.compare.dumps import folder_bytes, settle_dumps
 from harness.compare.verdict import UPDATE_RESOLUTION, update_threshold
 from harness.launch import LaunchSpec, ProcessResult
+from harness.launch.backends import backend_factory
 from harness.launch.multinode import case_leases, placed, placement_problem
-from harness.launch.registry import backend_factory
 from harness.reference import ReferenceCache, ReferenceEntry, ReferenceError, reference_key
 from harness.reference.golden import (
     GoldenStore,
@@ -88,7 +88,7 @@ from .stages import (
 
 def make_backend(config: HarnessConfig, facts_dir: Path | None = None):
     """The trainer backend the config (or the command line) names, made by its registered
-    factory (harness.launch.registry); `facts_dir`: where a foreign binary's facts (flag
+    factory (harness.registry); `facts_dir`: where a foreign binary's facts (flag
     listing, CUDA or not) are kept, beside the reference cache."""
     return backend_factory(config.trainer.backend)(config, facts_dir)
 

@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 from harness.cases.config_types import BACKENDS, INFINITRAIN_LAUNCHES, Overrides
 from harness.cases.node_ids import parse_case_patterns
-from harness.launch.registry import launcher_names
+from harness.registry import launcher_names
 
-# How the bundled trainer's ranks start: the launchers registered in harness.launch.registry;
+# How the bundled trainer's ranks start: the launchers registered in harness.registry;
 # --harness-launcher also takes `auto`, resolved in Settings.derive.
 LAUNCHERS = launcher_names()
 DEVICES = ("cpu", "cuda")

@@ -18,7 +18,7 @@ import pytest
 
 from harness.baseline.gradients import GradientRequest, compare_with_baseline
 from harness.baseline.live import judged
-from harness.baseline.semantics import BaselineUnmatched, baseline_parameter_name
+from harness.contracts.semantics import BaselineUnmatched, baseline_parameter_name
 from harness.compare.render import gradient_lines
 from harness.contracts.tolerance import Tolerance
 

@@ -1,12 +1,12 @@
 """The recorded baseline's pairing with a case (harness.baseline.recorded) and the summary line
-(harness.baseline.summary), in process."""
+(harness.results.baseline_summary), in process."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from harness.baseline.recorded import recorded_check
-from harness.baseline.summary import NONE_CHECKED, baseline_summary
+from harness.results.baseline_summary import NONE_CHECKED, baseline_summary
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The PyTorch baseline's semantics of InfiniTrain's programs (harness.baseline.semantics): each
+"""The PyTorch baseline's semantics of InfiniTrain's programs (harness.contracts.semantics): each
 fact, the defaults read from the binary's listing, and the cases it refuses with the reason."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.baseline.semantics import FACTS, BaselineUnmatched, baseline_flags, fact_table
+from harness.contracts.semantics import FACTS, BaselineUnmatched, baseline_flags, fact_table
 
 # What InfiniTrain master's --helpxml lists as defaults (example/gpt2/main.cc:55-63,
 # example/llama3/main.cc:54-62), as gflags prints them.

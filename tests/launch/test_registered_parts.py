@@ -1,4 +1,4 @@
-"""Launchers and trainer backends are registered parts (harness.launch.registry): a toy launcher
+"""Launchers and trainer backends are registered parts (harness.registry): a toy launcher
 (toy_launcher.py) and a toy trainer backend (toy_backend.py), each one file and one registry
 line, run a case end to end (config load, reference, launch, collect, judge), and a failure is
 read from the toy launcher's own record."""
@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness import registry
 from harness.cases import load_config
 from harness.cases.config_types import TrainerSpec
-from harness.launch import registry
+from harness.launch.backends import registered_launcher
 from harness.runner import CaseRunner, Settings
 from harness.contracts.llmc.checkpoint import parameter_shapes, write_checkpoint
 from harness.contracts.models import GPT2Config
@@ -89,14 +90,14 @@ def test_a_failure_is_read_from_the_toy_launcher_s_own_record(toy_parts, tmp_pat
 def test_without_their_registry_lines_the_toy_parts_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"launcher 'toy' is not registered; expected one of "
                                          r"torchrun, zygote"):
-        registry.launcher("toy")
+        registered_launcher("toy")
     with pytest.raises(ValueError, match=r"backend is 'toy'; expected one of harness, command, "
                                          r"infinitrain"):
         TrainerSpec(backend="toy")
 
 
 def test_the_registry_imports_no_launcher_backend_or_torch():
-    code = ("import sys; import harness.launch.registry as r; "
+    code = ("import sys; import harness.registry as r; "
             "print(sorted(m for m in ('torch', 'harness.launch.zygote', "
             "'harness.launch.infinitrain') if m in sys.modules), r.launcher_names(), "
             "r.backend_names())")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import shutil
 
-from harness.launch.trainer_sources import HARNESS, closure, source_digest, trainer_files
+from harness.launch.trainer_sources import (HARNESS, closure, import_graph, source_digest,
+                                           trainer_files)
 
 
 def test_the_trainer_runs_contracts_layout_and_its_families_and_nothing_of_the_harness_side():
@@ -20,6 +21,15 @@ def test_the_trainer_runs_contracts_layout_and_its_families_and_nothing_of_the_h
     assert "trainer/parallel/tensor_parallel.py" in files
     assert not {f for f in files if f.startswith(("runner/", "launch/", "report/", "plugin"))}
 
+
+
+def test_the_graph_sees_function_level_imports_and_implicit_packages():
+    graph = import_graph()
+    # multinode.py imports DeviceLeases inside a function
+    assert "harness.launch.leases" in graph["harness.launch.multinode"]
+    # a family's plan imports harness.trainer.parallel.tensor_parallel, which runs the package
+    plan = graph["harness.trainer.models.gpt2.parallelize"]
+    assert {"harness.trainer.parallel", "harness.trainer.parallel.tensor_parallel"} <= plan
 
 def test_a_change_in_harness_spec_changes_the_key(tmp_path):
     files = trainer_files()

@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from harness.baseline.summary import baseline_summary
+from harness.results.baseline_summary import baseline_summary
 
 from .conftest import fake_config, plugin_args
 

@@ -223,7 +223,7 @@ def test_foreign_cases_on_cpu_claim_no_gloo_in_the_throughput_section(tmp_path):
     throughput = _section(text, "Layout throughput")
     assert "On CPU these numbers say little" in throughput
     # The baseline line names the option `--harness-baseline pytorch`; no torch fact is claimed.
-    from harness.baseline.summary import NONE_CHECKED
+    from harness.results.baseline_summary import NONE_CHECKED
 
     assert NONE_CHECKED in text  # a foreign session without a baseline says so
     text = text.replace(NONE_CHECKED, "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.report import build, read_session
 from harness.report.case_view import view
-from harness.report.noise import NOT_JUDGED, WITHIN_NOISE, judge, relative_error, spread_text
+from harness.results.noise import NOT_JUDGED, WITHIN_NOISE, judge, relative_error, spread_text
 from harness.report.session_diff import compare, settings_differences
 
 from .records import case

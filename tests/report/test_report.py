@@ -45,7 +45,7 @@ def test_case_table_cells(failing_report):
 
 
 def test_margin_cells_and_disk_kept():
-    from harness.report.reading import Session
+    from harness.results.reading import Session
     from harness.report.markdown import disk_kept, margin_cell
 
     record = {"loss": {"relative": {"threshold": 1e-6, "worst": 2e-7, "worst_step": 3,

@@ -119,7 +119,7 @@ def baseline_flags(model: str, args: dict[str, Any],
     if unmatched:
         raise BaselineUnmatched(
             f"{', '.join('--' + n for n in unmatched)}: no recorded counterpart in the bundled "
-            f"trainer (harness.baseline.semantics)")
+            f"trainer (harness.contracts.semantics)")
     flags: dict[str, Any] = {}
     for name in CARRIED:
         value = kept.get(name)
