@@ -95,6 +95,15 @@ def group_figure(title: str, cases: dict[str, CasePoints], path: Path) -> Path |
                         color=look["color"])
     for ax in axes:  # once every panel holds this group's data: the x axis is shared
         ax.autoscale_view()
+    for ax, (_, field, scale) in zip(axes, panels):
+        # One value on a panel: its range is set here, not by autoscaling, which pads a
+        # single value differently on a reused canvas than on a new one (matplotlib 3.11:
+        # 100-1000 against 150-150 on a log axis), so the two figures would differ.
+        values = {y for points in drawn[field] if points for _, y in points}
+        if len(values) == 1:
+            (value,) = values
+            ax.set_ylim(*((value / 2, value * 2) if scale == "log" and value > 0
+                          else (value - (abs(value) or 1) / 2, value + (abs(value) or 1) / 2)))
     axes[0].set_title(title, fontsize=10, y=1.01)  # a y of its own: not placed by measuring
     if len(names) <= LEGEND_CASES:
         # a case's legend entry has its marker where its lines were drawn with markers
