@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from pathlib import Path
 
 from harness.contracts.flags import FLAG_TABLE, flag_argv, resumed_first_step
@@ -276,6 +277,13 @@ class InfiniTrainBackend:
     def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
         text = self._text(spec, result)
         steps = parse_step_lines(text)
+        # The working folder is scratch: what a binary leaves there unasked goes with it.
+        # feat/lr_scheduler's binaries save `./checkpoints/checkpoint_final` at the end of every
+        # run (@a7949ac:example/gpt2/main.cc:93 `--save` defaults to ./checkpoints, :536-540),
+        # which a reference cache would keep for every reference (a session of that branch's
+        # config: 494 MB). Checkpoints a case asks for are under the session (reroot_checkpoints),
+        # logs, dumps and gradients in the run's own folders.
+        shutil.rmtree(self.working_dir(spec), ignore_errors=True)
         return RunOutputs(steps=steps, gradients_dir=spec.gradients_dir, run_record=None,
                           problem=self._problem(spec, result, text, steps))
 

@@ -131,6 +131,9 @@ def test_feat_lr_scheduler_runs_its_schedules(tmp_path, model_vars):
             assert record["baseline"]["status"] == "skipped"
             assert "--lr_decay_style" in record["baseline"]["reason"]
     assert "builds (build_1, build_2): recorded, not run" in output
+    # the branch's binaries save ./checkpoints/checkpoint_final after every run: the scratch
+    # working folder goes, so no reference in the cache keeps one
+    assert not list((tmp_path / "out").rglob("checkpoint_final")), "left in the run folders"
 
 
 def test_feat_support_moe_runs_tiny_mixtral_on_the_moe_tag(tmp_path, model_vars):
