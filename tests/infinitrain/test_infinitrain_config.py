@@ -63,8 +63,8 @@ def test_the_config_is_infinitrains_own_file():
 # a checkpoint saved then resumed, for both models. Selected by the cases' own names
 # (--harness-cases): -k would also match the folders above them, so a bare 1 or 4 selects
 # every case of a checkout whose path holds that digit (issue 48: a clone in `baseline1/`).
-WARM_SLICE = ("*/*/1,*/*/4,*/*/1_lora,*/*/4_lora,zero/*/3_zero2,zero/*/4_*,"
-              "checkpoint/*/ckpt_no_resume,checkpoint/*/ckpt_resume")
+WARM_SLICE = ("*/*/1,*/*/4,*/*/1_lora,*/*/4_lora,zero/*/3_zero2,zero/*/4_distopt,"
+              "zero/*/4_zero2,checkpoint/*/ckpt_no_resume,checkpoint/*/ckpt_resume")
 
 
 def _statuses(records: list[dict]) -> dict[str, tuple]:
