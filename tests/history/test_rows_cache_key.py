@@ -30,21 +30,10 @@ from harness.history import store
 from harness.history.store import CACHE, append_rows, history_path, read_history
 
 from .nights import night, row
+from .test_store import _cold  # the history as read with no cache
 
 MARK = "served from the other cache"
 TAG = "harness.history-cache/1"  # the cache format's own tag, as store.py writes it
-
-
-def _cold(path: Path) -> list:
-    """The history as read with no cache (what every read must equal)."""
-    cache = path.with_name(CACHE)
-    kept = cache.read_bytes() if cache.exists() else None
-    cache.unlink(missing_ok=True)
-    try:
-        return read_history(path).rows
-    finally:
-        if kept is not None:
-            cache.write_bytes(kept)
 
 
 def _another_store(source: str, patched) -> types.ModuleType:
