@@ -7,6 +7,7 @@ arithmetic."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 from difflib import get_close_matches
@@ -98,19 +99,21 @@ def world_size(flags: dict[str, Any], data_parallel: tuple | None, nthreads: tup
     (feat/context_parallel@d03ba16:infini_train/src/nn/parallel/global.cc:126-128: world %
     (TP * CP * PP) == 0, DP = world / TP / CP / PP). `data_parallel` and `nthreads` are
     (value, location) or None."""
-    model_parallel = flags["tensor_parallel"] * flags["pipeline_parallel"] * context_parallel
-    product = (f"tensor_parallel * pipeline_parallel = {flags['tensor_parallel']} * "
-               f"{flags['pipeline_parallel']}" if context_parallel == 1 else
-               f"tensor_parallel * context_parallel * pipeline_parallel = "
-               f"{flags['tensor_parallel']} * {context_parallel} * {flags['pipeline_parallel']}")
+    # (name, degree) of each model-parallel dimension; CP named only where a case sets it
+    degrees = [("tensor_parallel", flags["tensor_parallel"])] + (
+        [("context_parallel", context_parallel)] if context_parallel != 1 else []) + [
+        ("pipeline_parallel", flags["pipeline_parallel"])]
+    model_parallel = math.prod(degree for _, degree in degrees)
+    names = " * ".join(name for name, _ in degrees)
     if nthreads is not None:
         world = nthreads[0]
         if world % model_parallel:
             failer(nthreads[1])(
-                f"{world} processes is not a multiple of {product} = {model_parallel}")
+                f"{world} processes is not a multiple of {names} = "
+                f"{' * '.join(str(degree) for _, degree in degrees)} = {model_parallel}")
         if data_parallel is not None and data_parallel[0] * model_parallel != world:
             failer(data_parallel[1])(
-                f"data_parallel {data_parallel[0]} * {product.split(' = ')[0]} "
+                f"data_parallel {data_parallel[0]} * {names} "
                 f"{model_parallel} != nthread_per_process {world}")
     else:
         world = (data_parallel[0] if data_parallel else 1) * model_parallel

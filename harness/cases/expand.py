@@ -4,7 +4,7 @@ resolved flags, world size, tolerances and comparisons (top level < group < case
 from __future__ import annotations
 
 from harness.contracts.flags import DTYPES, FLAG_TABLE, NO_DECLARED_ROLES, DeclaredRoles
-from harness.contracts.programs import GROUPS_SUFFIX, PROGRAMS
+from harness.contracts.programs import PROGRAMS, groups_variable_of
 from harness.contracts.tolerance import Tolerance, Tolerances
 
 from .args import coerce, resolve_args, substitute, world_size
@@ -86,7 +86,7 @@ def _no_facts(program: str, programs_by_tag) -> str:
     (harness/contracts/data/infinitrain_programs.json); "" when it has."""
     if programs_by_tag is None or program in PROGRAMS:
         return ""
-    return (f"InfiniTrain program {program!r} (variable {program.upper()}{GROUPS_SUFFIX}): the "
+    return (f"InfiniTrain program {program!r} (variable {groups_variable_of(program)}): the "
             f"harness has no facts for it (its binary, model files, loss line; known: "
             f"{', '.join(PROGRAMS)} in harness/contracts/data/infinitrain_programs.json), so it "
             f"is not run, and never as another program")

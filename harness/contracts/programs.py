@@ -139,6 +139,13 @@ def program_for_groups_variable(variable: str) -> str:
     return variable[:-len(GROUPS_SUFFIX)].lower()
 
 
+def groups_variable_of(program: str) -> str:
+    """The `<PREFIX>_TEST_GROUPS` variable of a program (program_for_groups_variable's
+    inverse): the facts' own, else the program's name in upper case."""
+    return (PROGRAMS[program].groups_variable if program in PROGRAMS
+            else f"{program.upper()}{GROUPS_SUFFIX}")
+
+
 def parse_groups(text: str) -> tuple[str, ...]:
     """A `*_TEST_GROUPS` value as the runner reads it: comma-separated, each name trimmed of
     white space, empty names dropped (feat/support_moe scripts/run_models_and_profile.bash:95-100,
@@ -188,14 +195,9 @@ def plan_tags(tags: tuple[str, ...], variables: dict, where: str) -> TagPlan:
     for tag, programs in by_tag.items():
         if not programs:
             notes.append(f"{where}: tag {tag!r}: no program runs it (" + ", ".join(
-                f"{_groups_variable(p)}={','.join(chosen)}" for p, chosen in selection.items())
+                f"{groups_variable_of(p)}={','.join(chosen)}" for p, chosen in selection.items())
                 + "), as InfiniTrain's own runner would not: its cases are not collected")
     return TagPlan(by_tag, tuple(notes))
-
-
-def _groups_variable(program: str) -> str:
-    return (PROGRAMS[program].groups_variable if program in PROGRAMS
-            else f"{program.upper()}{GROUPS_SUFFIX}")
 
 
 def program_table() -> list[str]:

@@ -143,9 +143,9 @@ class InfiniTrainBackend:
         """What each model's binary runs (binary_facts.identify: a wrapper script followed to
         what it execs), once per backend."""
         if self._identity is None:
-            self._identity = {name: identify(self.build_dir / PROGRAMS[name].binary)
-                              for name in PROGRAMS
-                              if (self.build_dir / PROGRAMS[name].binary).is_file()}
+            paths = {name: self.build_dir / program.binary for name, program in PROGRAMS.items()}
+            self._identity = {name: identify(path) for name, path in paths.items()
+                              if path.is_file()}
         return self._identity
 
     def identities(self) -> dict[str, str]:

@@ -112,7 +112,7 @@ def trainer_identity(config: HarnessConfig, device: str) -> dict:
 def kept_unknown(case: Case) -> str:
     """For a failed reference: the flags the table does not know that it kept (assumed
     mathematics), which may be why it failed, and how to declare them."""
-    kept = [name for name, role in case.assumed().items() if name not in case.declared.roles]
+    kept = [name for name in case.passthrough if name not in case.declared.roles]
     if not kept:
         return ""
     return (f"\nthe reference kept {', '.join('--' + n for n in kept)}: not in the flag table, "
