@@ -299,8 +299,8 @@ def test_golden_records_replace_the_reference_and_say_where_they_came_from(infin
     assert records[0]["status"] == "passed"
     assert records[0]["reference"]["golden_mismatch"] == {"device": ["cuda", "cpu"]}
 
-    _, records = run_session(root, build, var_args, root / "g-missing", "-m", "basic", "-k",
-                             "llama3 and 6 and not bfloat16", "--harness-golden", str(golden))
+    _, records = run_session(root, build, var_args, root / "g-missing",
+                             "--harness-cases=basic/llama3/6", "--harness-golden", str(golden))
     assert records[0]["status"] == "error"  # no LLaMA 3 reference was recorded
     assert "basic/llama3/6: no golden record for its reference in" in records[0]["errors"][0]
 
@@ -311,8 +311,7 @@ def test_a_tp_reduction_bug_in_a_replicated_parameter_is_caught_and_located(infi
     compared whole with the reference and names the parameter, its layer and stage."""
     root, build, var_args = infinitrain
     result, records = run_session(
-        root, build, var_args, root / "planted-tp", "-m", "basic", "-k",
-        "gpt2 and 4 and not bfloat16",
+        root, build, var_args, root / "planted-tp", "--harness-cases=basic/gpt2/4",
         env={"STANDIN_PLANT": "transformer.h.1.ln_1.weight:1e-3", "STANDIN_PLANT_RANKS": "all"})
     output = result.stdout + result.stderr
     (record,) = records
@@ -394,8 +393,8 @@ def test_infinitrains_config_alone_selects_its_binaries_or_says_what_to_pass(inf
 def test_a_build_folder_with_one_binary_loses_no_case(infinitrain, tmp_path):
     root, _, var_args = infinitrain
     only = make_build_dir(tmp_path / "only-gpt2", models=("gpt2",))
-    result, records = run_session(root, only, var_args, tmp_path / "out", "-m", "basic", "-k",
-                                  "1 and not bfloat16")
+    result, records = run_session(root, only, var_args, tmp_path / "out",
+                                  "--harness-cases=basic/*/1")
     by_name = {r["name"]: r for r in records}
     assert set(by_name) == {"basic/gpt2/1", "basic/llama3/1"}, result.stdout[-3000:]
     assert by_name["basic/gpt2/1"]["status"] == "passed"
