@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.compare.baseline import BaselineVerdict, judge_baseline
+from harness.compare.baseline import BaselineVerdict, LrVerdict, judge_baseline, judge_lr
 from harness.compare.diff import GradientDiff, gradient_names
 from harness.compare.render import gradient_lines
 from harness.contracts.records import read_jsonl, write_steps
@@ -47,6 +47,7 @@ class BaselineCheck:
     note: str | None = None  # e.g. a Megatron log's corrected step 2
     gradients: GradientDiff | None = None  # the first step's gradients, where both dumped them
     gradients_reason: str | None = None  # why they were not compared
+    lr: LrVerdict | None = None  # the printed lr per step, where the baseline has one
 
     def __post_init__(self) -> None:
         if self.status not in BASELINE_STATUSES:
@@ -59,6 +60,9 @@ class BaselineCheck:
         lines = []
         if self.verdict is not None and not self.verdict.ok:
             lines += ["  " + line for line in self.verdict.lines()]
+        if self.lr is not None and not self.lr.ok:
+            lines += ["  the learning rate per step against the baseline's:",
+                      *("    " + line for line in self.lr.lines())]
         if self.gradients is not None and not self.gradients.ok:
             lines += ["  gradients of the first step against the baseline's:",
                       *("    " + line for line in gradient_lines(self.gradients))]
@@ -73,6 +77,7 @@ class BaselineCheck:
                "losses": list(self.losses), "steps": list(self.steps), "note": self.note,
                "gradients": None if self.gradients is None else self.gradients.to_dict(),
                "gradients_reason": self.gradients_reason,
+               "lr": None if self.lr is None else self.lr.to_dict(),
                **({"run": self.run} if self.run else {})}
         if self.verdict is not None:
             out["loss"] = self.verdict.to_dict()
@@ -84,22 +89,48 @@ class BaselineCheck:
 def judged(source: str, run_steps: list[dict], base_steps: list[int], base_losses: list[float],
            dtype: str, first_step: int, run: dict | None = None,
            note: str | None = None, gradients: GradientDiff | None = None,
-           gradients_reason: str | None = None) -> BaselineCheck:
-    """The check of a run's steps (and, when given, its compared gradients) against a
+           gradients_reason: str | None = None,
+           base_lrs: list[float] | None = None,
+           base_lr_resolutions: list[float] | None = None) -> BaselineCheck:
+    """The check of a run's steps (and, when given, its compared gradients and the baseline's
+    lr per step: `base_lrs`, printed to `base_lr_resolutions`, 0 at full precision) against a
     baseline's, from `first_step` on (a resumed run starts later; the baseline ran from the
-    start). It fails when either fails."""
+    start). It fails when any fails."""
     pairs = [(s, l) for s, l in zip(base_steps, base_losses) if s >= first_step]
     verdict = judge_baseline([int(s["step"]) for s in run_steps],
                              [float(s["loss"]) for s in run_steps],
                              [s for s, _ in pairs], [l for _, l in pairs], dtype,
                              resolution=_resolution(run_steps), where=source)
+    lr = None
+    if base_lrs is not None:
+        # the run's printed steps (a tiny_mixtral --log_interval prints some; the loss check
+        # above judges whether the run printed the steps it should)
+        printed = {int(s["step"]) for s in run_steps}
+        kept = [i for i, s in enumerate(base_steps) if s >= first_step and s in printed]
+        lr = judge_lr([int(s["step"]) for s in run_steps], [_lr(s) for s in run_steps],
+                      [float(s.get("lr_resolution") or 0.0) for s in run_steps],
+                      [base_steps[i] for i in kept], [base_lrs[i] for i in kept],
+                      [(base_lr_resolutions or [0.0] * len(base_lrs))[i] for i in kept],
+                      where=source)
     reasons = ([] if verdict.ok else [verdict.problem or _first(verdict)]) + \
+        ([] if lr is None or lr.ok else [lr.problem or _lr_first(lr)]) + \
         ([] if gradients is None or gradients.ok else [_gradients_first(gradients)])
     return BaselineCheck(source, "failed" if reasons else "passed",
                          reason="; ".join(reasons) or None,
                          verdict=verdict, losses=tuple(l for _, l in pairs),
                          steps=tuple(s for s, _ in pairs), run=dict(run or {}), note=note,
-                         gradients=gradients, gradients_reason=gradients_reason)
+                         gradients=gradients, gradients_reason=gradients_reason, lr=lr)
+
+
+def _lr(step: dict) -> float:
+    """A step's lr; NaN where the run printed none (judge_lr names that step)."""
+    value = step.get("lr")
+    return math.nan if value is None else float(value)
+
+
+def _lr_first(verdict: LrVerdict) -> str:
+    return (f"lr: first diverging step {verdict.first_diverging_step}, worst |diff| "
+            f"{verdict.max_abs_diff:.3g} at step {verdict.worst_step}")
 
 
 def _first(verdict: BaselineVerdict) -> str:
@@ -151,20 +182,22 @@ class LiveBaseline:
             flags = subject.baseline_flags(model, args)
         except BaselineUnmatched as unmatched:
             return BaselineCheck(source, "skipped", reason=str(unmatched))
+        family = flags.pop("model")  # the bundled trainer's family (gpt2's is gpt2)
         dumps = gradients is not None
-        key = reference_key(model, {"checkpoint": checkpoint, "input_bin": input_bin},
+        key = reference_key(family, {"checkpoint": checkpoint, "input_bin": input_bin},
                             {**flags, "baseline": PYTORCH,
                              **({"dump_gradients": "<entry>/gradients"} if dumps else {})},
                             self.settings.device, self.backend.version())
         try:
             entry = self.cache.get_or_build(
-                key, lambda folder: self._build(model, case_name, flags, checkpoint,
+                key, lambda folder: self._build(family, case_name, flags, checkpoint,
                                                 input_bin, folder, dumps))
         except ReferenceError as error:
             return BaselineCheck(source, "error", reason=str(error).splitlines()[0])
         steps = read_jsonl(entry.steps_file)
         run = {"key": self.cache.entry_name(key), "path": str(entry.path),
-               "built": entry.built, "command": entry.info.get("command"), "flags": flags}
+               "built": entry.built, "command": entry.info.get("command"), "model": family,
+               "flags": flags}
         diff = None
         if gradients is not None:
             try:
@@ -173,7 +206,8 @@ class LiveBaseline:
                 gradients_reason = str(unmatched)
         return judged(source, run_steps, [int(s["step"]) for s in steps],
                       [float(s["loss"]) for s in steps], flags["dtype"], first_step, run,
-                      gradients=diff, gradients_reason=gradients_reason)
+                      gradients=diff, gradients_reason=gradients_reason,
+                      base_lrs=[s.get("lr") for s in steps])  # None: judge_lr names it
 
     def _build(self, model: str, case_name: str, flags: dict, checkpoint: Path,
                input_bin: Path, folder: Path, gradients: bool = False) -> dict:

@@ -6,11 +6,15 @@ threshold AND over the print resolution (InfiniTrain prints 6 decimals, so a dif
 below 1e-6 is never counted). A bad pairing (other steps than the run's, a NaN, a dtype with no
 threshold) is `ok=False` with `problem` saying which file and what was expected; it is never a
 pass.
+
+The learning rate each step line prints is judged beside the loss (`judge_lr`): within print
+resolution, never as strings (see LR_RELATIVE_SLACK and `printed_resolution`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -163,3 +167,159 @@ def _span(steps: Sequence[int]) -> str:
     if s and s == list(range(s[0], s[-1] + 1)):
         return f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0])
     return ",".join(map(str, s))
+
+
+# --- the printed learning rate -------------------------------------------------------------
+
+# What float representation adds to a compared lr, relative to the larger value: a decimal text
+# parsed to a double, or an lr computed in float32 (InfiniTrain: feat/lr_scheduler@a7949ac:
+# infini_train/src/lr_scheduler.cc computes in `float`, about 6e-8 relative) against one
+# computed in double. Far below any printed place (`{:.2e}` keeps 3 significant digits), so it
+# never hides a schedule's drift.
+LR_RELATIVE_SLACK = 1e-6
+
+_DECIMAL = re.compile(r"[+-]?(?P<int>\d*)(?:\.(?P<frac>\d*))?(?:[eE](?P<exp>[+-]?\d+))?")
+
+
+def printed_resolution(text: str) -> float | None:
+    """One unit in the last printed place of a number (`5.585794` -> 1e-6, `12` -> 1,
+    `1.5e-03` -> 1e-4); None when the text is not a finite decimal number (`nan`, `-inf`).
+
+    A zero in scientific notation (`0.00e+00`, Megatron's `0.000000E+00`) is exact (0.0):
+    `{:.2e}` prints every non-zero value with its own exponent (a mantissa of 1 to 9.99), so
+    only an exact zero prints a zero mantissa; the naive 10**(0-2) would pass anything below
+    1e-2 against a warmup step's lr 0. A zero in fixed notation (`0.000000`) keeps its place:
+    a value below half a unit prints so."""
+    match = _DECIMAL.fullmatch(text)
+    if match is None or not (match["int"] or match["frac"]):
+        return None
+    digits = (match["int"] or "") + (match["frac"] or "")
+    if match["exp"] is not None and not digits.strip("0"):
+        return 0.0
+    exponent = int(match["exp"] or 0) - len(match["frac"] or "")
+    return 10.0 ** exponent
+
+
+def lr_limit(run_lr: float, base_lr: float, run_resolution: float,
+             base_resolution: float) -> float:
+    """The largest |run - base| two printed lrs may differ by: one unit in the last printed
+    place of the coarser side (0 at full precision, or for a printed exact zero), plus
+    LR_RELATIVE_SLACK of the larger value. Measured by InfiniTensor: the two sides round an
+    exact half differently (8.87e-06 against 8.88e-06 for 8.875e-06), one unit apart."""
+    return (max(run_resolution, base_resolution)
+            + LR_RELATIVE_SLACK * max(abs(run_lr), abs(base_lr)))
+
+
+@dataclass(frozen=True)
+class LrVerdict:
+    """The learning rates a run printed against its baseline's, per common step."""
+
+    ok: bool
+    steps: tuple[int, ...]
+    run_lrs: tuple[float, ...]
+    base_lrs: tuple[float, ...]
+    limits: tuple[float, ...]  # the largest |run - base| passed at each step (lr_limit)
+    first_diverging_step: int | None
+    worst_step: int | None  # the step of the largest |run - base|
+    max_abs_diff: float
+    problem: str | None  # a bad pairing: a missing lr (NaN), other steps; then ok is False
+
+    def _at(self, step: int) -> tuple[float, float, float, float]:
+        i = self.steps.index(step)
+        run, base = self.run_lrs[i], self.base_lrs[i]
+        return run, base, abs(run - base), self.limits[i]
+
+    def lines(self) -> list[str]:
+        """What a failure (or a pass) says, approx-style: the first diverging step with both
+        lrs and the limit it is over, and the worst difference."""
+        if self.problem:
+            return [f"bad pairing: {self.problem}"]
+        out = []
+        if self.first_diverging_step is not None:
+            run, base, diff, limit = self._at(self.first_diverging_step)
+            out.append(f"lr first diverging step {self.first_diverging_step}: run {run:.6g} == "
+                       f"baseline {base:.6g} ± {limit:.1e} failed (|diff| {diff:.2g})")
+        if self.worst_step is not None:
+            run, base, diff, limit = self._at(self.worst_step)
+            out.append(f"worst lr |diff| {diff:.2g} at step {self.worst_step} (run {run:.6g} "
+                       f"baseline {base:.6g}; limit {limit:.1e})")
+        return out
+
+    def to_dict(self) -> dict:
+        """JSON-safe (no NaN or inf: those become None)."""
+        def clean(x):
+            return x if isinstance(x, (int, type(None))) or math.isfinite(x) else None
+
+        return {"ok": self.ok, "steps": list(self.steps),
+                "run_lrs": [clean(x) for x in self.run_lrs],
+                "base_lrs": [clean(x) for x in self.base_lrs],
+                "limits": [clean(x) for x in self.limits],
+                "first_diverging_step": self.first_diverging_step,
+                "worst_step": self.worst_step, "max_abs_diff": clean(self.max_abs_diff),
+                "problem": self.problem}
+
+
+def _lr_problem(problem: str) -> LrVerdict:
+    return LrVerdict(ok=False, steps=(), run_lrs=(), base_lrs=(), limits=(),
+                     first_diverging_step=None, worst_step=None, max_abs_diff=math.nan,
+                     problem=problem)
+
+
+def _resolution(value) -> float:
+    """A side's print resolution as given; None (no printed place known) is full precision,
+    the strictest reading."""
+    return 0.0 if value is None else float(value)
+
+
+def judge_lr(run_steps: Sequence[int], run_lrs: Sequence[float | None],
+             run_resolutions: Sequence[float | None], base_steps: Sequence[int],
+             base_lrs: Sequence[float | None], base_resolutions: Sequence[float | None],
+             where: str) -> LrVerdict:
+    """The verdict of a run's printed lr against a baseline's, step by step (`lr_limit`).
+    Resolutions are one unit in each lr's last printed place (`printed_resolution`), 0 at full
+    precision. Other steps than the run's, or a missing lr (None or NaN) on either side, is a
+    `problem` naming `where` and the step: never a pass."""
+    at = f"{where}: " if where else ""
+    run_steps, base_steps = tuple(int(s) for s in run_steps), tuple(int(s) for s in base_steps)
+    run_lrs = tuple(math.nan if x is None else float(x) for x in run_lrs)
+    base_lrs = tuple(math.nan if x is None else float(x) for x in base_lrs)
+    run_res = tuple(_resolution(x) for x in run_resolutions)
+    base_res = tuple(_resolution(x) for x in base_resolutions)
+    for side, steps, lrs, res in (("run", run_steps, run_lrs, run_res),
+                                  ("baseline", base_steps, base_lrs, base_res)):
+        if not (len(steps) == len(lrs) == len(res)):
+            return _lr_problem(f"{at}the {side} has {len(steps)} steps, {len(lrs)} lrs and "
+                               f"{len(res)} resolutions; expected one lr and one resolution a "
+                               "step")
+        if not steps:
+            return _lr_problem(f"{at}the {side} has no steps; expected an lr per step")
+        if len(set(steps)) != len(steps):
+            return _lr_problem(f"{at}the {side} has a step twice; expected each once")
+        bad = [(s, r) for s, r in zip(steps, res) if not (math.isfinite(r) and r >= 0)]
+        if bad:
+            return _lr_problem(f"{at}the {side} lr's print resolution at step {bad[0][0]} is "
+                               f"{bad[0][1]}; expected a finite resolution >= 0")
+    if sorted(run_steps) != sorted(base_steps):
+        return _lr_problem(f"{at}the baseline has lrs at steps {_span(base_steps)}, the run at "
+                           f"{_span(run_steps)}; expected the run's steps")
+    steps = tuple(sorted(run_steps))
+    run = {s: (x, r) for s, x, r in zip(run_steps, run_lrs, run_res)}
+    base = {s: (x, r) for s, x, r in zip(base_steps, base_lrs, base_res)}
+    for s in steps:
+        missing = [side for side, lr in (("run", run[s][0]), ("baseline", base[s][0]))
+                   if not math.isfinite(lr)]
+        if missing:
+            other = "baseline" if missing == ["run"] else "run"
+            has = (f" (the {other} printed {(base if other == 'baseline' else run)[s][0]:.6g})"
+                   if len(missing) == 1 else "")
+            return _lr_problem(f"{at}the {' and the '.join(missing)} printed no lr at step {s}"
+                               f"{has}; expected a finite learning rate at every step")
+    runs = tuple(run[s][0] for s in steps)
+    bases = tuple(base[s][0] for s in steps)
+    limits = tuple(lr_limit(run[s][0], base[s][0], run[s][1], base[s][1]) for s in steps)
+    diffs = [abs(r - b) for r, b in zip(runs, bases)]
+    diverging = [s for s, d, lim in zip(steps, diffs, limits) if d > lim]
+    worst = max(range(len(steps)), key=lambda i: diffs[i])
+    return LrVerdict(ok=not diverging, steps=steps, run_lrs=runs, base_lrs=bases, limits=limits,
+                     first_diverging_step=diverging[0] if diverging else None,
+                     worst_step=steps[worst], max_abs_diff=diffs[worst], problem=None)

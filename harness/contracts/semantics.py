@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness.contracts.flags import FLAG_TABLE, FlagError, reference_args
+from harness.contracts.programs import PROGRAMS
 
 REVISION = "InfiniTensor/InfiniTrain master b24d92f"
 
@@ -39,9 +40,44 @@ FACTS: tuple[Fact, ...] = (
     Fact("Adam's betas (0.9, 0.999), eps 1e-8, bias-corrected, no weight decay",
          "infini_train/include/optimizer.h:57; kernels/cpu/accumulate_grad.cc:22-31",
          "`--adam_beta2 0.999` (beta1 0.9 and eps 1e-8 are the bundled trainer's own)"),
-    Fact("the learning rate is constant: no schedule flag, the step line prints "
+    Fact("the learning rate is constant on master: no schedule flag, the step line prints "
          "FLAGS_learning_rate", "example/gpt2/main.cc:495, example/llama3/main.cc:472",
-         "the bundled trainer's constant `--learning_rate`"),
+         "the bundled trainer's constant `--learning_rate` (its default `--lr_decay_style "
+         "constant`)"),
+    Fact("feat/lr_scheduler: five schedules, `--lr_decay_style` none, constant, linear, "
+         "cosine or inverse-square-root, with `--min_lr`, `--lr_warmup_iters`, `--lr_warmup_init`, "
+         "`--lr_decay_iters` (0: `--num_iteration`); a style outside these is refused by the "
+         "binary's validator", "feat/lr_scheduler@a7949ac:example/gpt2/main.cc:67-71, 119-120, "
+         "136-137, 328-336; example/llama3/main.cc:65-70, 115-116, 123-124, 308-316",
+         "the same flags, carried where the case or the binary's listing has them "
+         "(harness.trainer.lr_schedule); a style the bundled trainer does not compute skips "
+         "the baseline, naming it"),
+    Fact("the schedules' formulas: warmup `init + (max - init) k/W` for k < W; `none` no "
+         "scheduler (the flag lr); `constant` max, min_lr and the decay unused; `linear` max "
+         "to min over D - W steps; `cosine` `min + (max - min)(cos(pi j/(D - W)) + 1)/2`, min "
+         "after; `inverse-square-root` `max(min, max sqrt(max(W,1))/sqrt(max(k,1)))`, min after "
+         "D; the CHECKs: max > 0, 0 <= min <= max, 0 <= init <= max, D > 0, W < D",
+         "feat/lr_scheduler@a7949ac:infini_train/src/lr_scheduler.cc:16-83",
+         "the same closed forms in float64 (harness.trainer.lr_schedule.LRSchedule); the same "
+         "checks refuse the run (exit 2) naming the flag"),
+    Fact("the step a schedule steps on: lr(0) is applied when the scheduler is made, it steps "
+         "once after every optimizer step, and the step line prints the lr read before the "
+         "update, so step n trains at and prints lr(n - 1)",
+         "feat/lr_scheduler@a7949ac:infini_train/include/lr_scheduler.h:30-34; "
+         "example/gpt2/main.cc:428, 473-476, 507; example/llama3/main.cc:406, 451-453, 484",
+         "step n trains at lr(n - 1), recorded in its step; the baseline check compares the "
+         "printed lr of every step within print resolution (`{:.2e}`: one unit of the coarser "
+         "side; `0.00e+00` is exact)"),
+    Fact("tiny_mixtral steps with Adam at `--learning_rate`, no schedule: the step line prints "
+         "FLAGS_learning_rate", "feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:102-103, "
+         "140-143",
+         "`--model mixtral --optimizer adamw --weight_decay 0 --adam_beta2 0.999`"),
+    Fact("tiny_mixtral's batch counts sequences: `global_batch_size / micro_batch_size` "
+         "microbatches, each loss divided by their count; one device; the same token loader as "
+         "gpt2's (consecutive sequences, no shuffle, wrapping at the end)",
+         "feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:87-89, 108-131",
+         "`--batch_size` micro_batch_size, `--total_batch_size` global_batch_size x "
+         "sequence_length tokens"),
     Fact("defaults of the hyper-parameters a case leaves out", "the binary's `--helpxml` "
          "listing (example/gpt2/main.cc:55-63: batch 4, sequence 64, total 256 tokens, 10 "
          "steps, lr 1e-4; example/llama3/main.cc:62: lr 1e-5)",
@@ -83,15 +119,46 @@ FACTS: tuple[Fact, ...] = (
          "padded rows' logits are cut off, so they carry none)"),
 )
 
-# The program each model runs, and the optimizer it steps with (FACTS 0-2).
-OPTIMIZER_FLAGS: dict[str, dict[str, Any]] = {
-    "gpt2": {"optimizer": "sgd"},
-    "llama3": {"optimizer": "adamw", "weight_decay": 0.0, "adam_beta2": 0.999},
+# The lr schedules the bundled trainer computes (harness.trainer.lr_schedule), the same as
+# feat/lr_scheduler@a7949ac:example/gpt2/main.cc:119-120 (kSupportedLRDecayStyles). A case's
+# style outside these skips its baseline, naming it.
+LR_DECAY_STYLES = ("none", "constant", "linear", "cosine", "inverse-square-root")
+# feat/lr_scheduler's schedule flags: carried where the case or the binary's listing has them;
+# a binary without them (master) runs at a constant --learning_rate, the bundled default.
+SCHEDULE_FLAGS = ("lr_decay_style", "min_lr", "lr_warmup_iters", "lr_warmup_init",
+                  "lr_decay_iters")
+
+
+@dataclass(frozen=True)
+class ProgramSemantics:
+    """What one InfiniTrain program computes, as the bundled trainer's flags (its --model is
+    the program's `family` fact, harness.contracts.programs)."""
+    optimizer: dict[str, Any]  # FACTS: the optimizer it steps with
+    # the program's batch flags (harness.contracts.programs: batch_flags), carried like the
+    # others, -> the bundled trainer's --batch_size and --total_batch_size (tokens)
+    batch: Callable[[dict[str, Any]], dict[str, int]]
+
+
+# Carried as they are (else the binary's listed default), beside the program's batch flags.
+CARRIED = ("dtype", "sequence_length", "num_iteration", "learning_rate")
+ADAM = {"optimizer": "adamw", "weight_decay": 0.0, "adam_beta2": 0.999}
+
+
+def _master_batch(flags: dict[str, Any]) -> dict[str, int]:
+    return {"batch_size": flags["batch_size"], "total_batch_size": flags["total_batch_size"]}
+
+
+def _mixtral_batch(flags: dict[str, Any]) -> dict[str, int]:
+    """global_batch_size counts sequences (FACTS: tiny_mixtral's batch)."""
+    return {"batch_size": flags["micro_batch_size"],
+            "total_batch_size": flags["global_batch_size"] * flags["sequence_length"]}
+
+
+PROGRAM_SEMANTICS: dict[str, ProgramSemantics] = {
+    "gpt2": ProgramSemantics({"optimizer": "sgd"}, _master_batch),
+    "llama3": ProgramSemantics(ADAM, _master_batch),
+    "tiny_mixtral": ProgramSemantics(ADAM, _mixtral_batch),
 }
-# Case flags the baseline carries over as they are; the ones a case leaves out take the
-# binary's listed default (FACT 4).
-CARRIED = ("dtype", "batch_size", "sequence_length", "total_batch_size", "num_iteration",
-           "learning_rate")
 # Flags whose value changes nothing the baseline computes.
 IGNORED = {"overfit_single_batch": "a no-op in InfiniTrain master (FACTS: the loader's reset "
                                    "is commented out)"}
@@ -104,36 +171,57 @@ class BaselineUnmatched(ValueError):
 
 def baseline_flags(model: str, args: dict[str, Any],
                    listed_default: Callable[[str], str | None]) -> dict[str, Any]:
-    """The bundled trainer's flags for the PyTorch baseline of a case of InfiniTrain's `model`
-    with flags `args` (as the config gives them), one device. `listed_default(flag)` is the
-    binary's `--helpxml` default of a flag, or None. BaselineUnmatched says why none can be."""
-    if model not in OPTIMIZER_FLAGS:
+    """The bundled trainer's flags (its `model`, the family, among them) for the PyTorch
+    baseline of a case of InfiniTrain's `model` with flags `args` (as the config gives them),
+    one device. `listed_default(flag)` is the binary's `--helpxml` default of a flag, or None.
+    BaselineUnmatched says why none can be."""
+    if model not in PROGRAM_SEMANTICS:
         raise BaselineUnmatched(f"no PyTorch semantics recorded for InfiniTrain's {model!r} "
-                                f"program (known: {', '.join(OPTIMIZER_FLAGS)})")
+                                f"program (known: {', '.join(PROGRAM_SEMANTICS)})")
+    semantics = PROGRAM_SEMANTICS[model]
+    family = PROGRAMS[model].family
+    if family is None:
+        raise BaselineUnmatched(f"InfiniTrain's {model} program has no family in the bundled "
+                                f"trainer ({PROGRAMS[model].source('family')})")
     kept = reference_args(args)  # topology, output and resume dropped (the reference rule)
     if int(kept.get("lora_rank", 0) or 0) > 0:
         raise BaselineUnmatched(f"LoRA (--lora_rank={kept['lora_rank']}): the bundled trainer "
                                 f"has no LoRA adapters")
-    unmatched = sorted(name for name in kept
-                       if name not in CARRIED and name not in IGNORED and name not in LORA_FLAGS)
+    carried_names = (*CARRIED, *PROGRAMS[model].batch_flags)
+    known = (*carried_names, *SCHEDULE_FLAGS, *IGNORED, *LORA_FLAGS)
+    unmatched = sorted(name for name in kept if name not in known)
     if unmatched:
         raise BaselineUnmatched(
             f"{', '.join('--' + n for n in unmatched)}: no recorded counterpart in the bundled "
-            f"trainer (harness.contracts.semantics)")
-    flags: dict[str, Any] = {}
-    for name in CARRIED:
-        value = kept.get(name)
+            f"trainer for InfiniTrain's {model} (harness.contracts.semantics)")
+    carried = {name: _value(name, kept, listed_default, required=True)
+               for name in carried_names}
+    schedule = {name: value for name in SCHEDULE_FLAGS  # where the case or this binary has them
+                if (value := _value(name, kept, listed_default, required=False)) is not None}
+    style = schedule.get("lr_decay_style")
+    if style is not None and style not in LR_DECAY_STYLES:
+        raise BaselineUnmatched(f"--lr_decay_style={style}: the bundled trainer computes "
+                                f"{', '.join(LR_DECAY_STYLES)} (harness.trainer.lr_schedule)")
+    return {"model": family, **{name: carried[name] for name in CARRIED},
+            **semantics.batch(carried), **schedule, **semantics.optimizer}
+
+
+def _value(name: str, kept: dict[str, Any], listed_default: Callable[[str], str | None],
+           required: bool) -> Any:
+    """A flag's typed value: the case's, else the binary's listed default; None (or, when
+    `required`, BaselineUnmatched) when neither has one."""
+    value = kept.get(name)
+    if value is None:
+        value = listed_default(name)
         if value is None:
-            listed = listed_default(name)
-            if listed is None:
+            if required:
                 raise BaselineUnmatched(f"--{name}: the case leaves it out and the binary's "
                                         f"--helpxml listing gives no default")
-            value = listed
-        try:
-            flags[name] = FLAG_TABLE[name].check(value)
-        except FlagError as error:
-            raise BaselineUnmatched(f"{error} (the binary's value, for the baseline)") from None
-    return {**flags, **OPTIMIZER_FLAGS[model]}
+            return None
+    try:
+        return FLAG_TABLE[name].check(value)
+    except FlagError as error:
+        raise BaselineUnmatched(f"{error} (the binary's value, for the baseline)") from None
 
 
 # The vocabulary-sized parameters, under the bundled trainer's names (FACTS: the vocabulary).

@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from harness import registry
+# printed_resolution lives with the judges that use it (torch-free, below the log tool, which
+# cannot import launch); re-exported here where the step lines are read.
+from harness.compare.baseline import printed_resolution
 from harness.contracts.flags import flag_argv
 from harness.contracts.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR
 from harness.contracts.records import read_json, read_jsonl
@@ -102,8 +105,9 @@ class TrainerBackend(Protocol):
         """The first step a run of these flags prints (a resumed run starts later)."""
 
     def baseline_flags(self, model: str, flags: dict) -> dict:
-        """The bundled PyTorch trainer's flags that compute what this trainer computes for
-        these case flags, on one device (the live baseline, harness.baseline); raises
+        """The bundled PyTorch trainer's flags (its `model`, the family, among them) that
+        compute what this trainer computes for these case flags, on one device (the live
+        baseline, harness.baseline); raises
         harness.contracts.semantics.BaselineUnmatched with the reason where none can."""
 
     def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
@@ -190,8 +194,10 @@ def parse_step_lines(text: str) -> list[dict]:
     `loss_resolution` is one unit in the last place of the loss as printed (`10**-decimals`:
     InfiniTrain's `{:.6f}` gives 1e-6; None for a loss that is not a number, like `-nan`): two
     equal runs can differ by that much in print, so the comparison does not count a difference
-    within it (harness.compare.diff.compare_losses). Steps read from a steps.jsonl at full
-    precision have no such field."""
+    within it (harness.compare.diff.compare_losses). `lr_resolution` is the same for the
+    printed lr (`{:.2e}`: 1e-8 at 1.00e-05; 0.0 for `0.00e+00`, an exact zero), which
+    harness.compare.baseline.judge_lr compares within. Steps read from a steps.jsonl at full
+    precision have neither field."""
     steps: dict[int, dict] = {}
     for match in STEP_LINE.finditer(text):
         try:
@@ -203,21 +209,9 @@ def parse_step_lines(text: str) -> list[dict]:
             "step_time_ms": _float(match["ms"]), "tokens_per_s": _float(match["tps"]),
             "peak_memory_mb": _float(match["mem"]) if match["mem"] else None,
             "loss_resolution": printed_resolution(match["loss"]),
+            "lr_resolution": printed_resolution(match["lr"]),
         }
     return [steps[s] for s in sorted(steps)]
-
-
-_DECIMAL = re.compile(r"[+-]?(?P<int>\d*)(?:\.(?P<frac>\d*))?(?:[eE](?P<exp>[+-]?\d+))?")
-
-
-def printed_resolution(text: str) -> float | None:
-    """One unit in the last printed place of a number (`5.585794` -> 1e-6, `12` -> 1,
-    `1.5e-03` -> 1e-4); None when the text is not a finite decimal number (`nan`, `-inf`)."""
-    match = _DECIMAL.fullmatch(text)
-    if match is None or not (match["int"] or match["frac"]):
-        return None
-    exponent = int(match["exp"] or 0) - len(match["frac"] or "")
-    return 10.0 ** exponent
 
 
 def _float(text: str) -> float:

@@ -40,6 +40,12 @@ class TrainerFlags:
     total_batch_size: int | None = None
     num_iteration: int = 10
     learning_rate: float = 1e-4
+    # the lr schedule (harness.trainer.lr_schedule; InfiniTrain's feat/lr_scheduler flags)
+    lr_decay_style: str = "constant"
+    min_lr: float = 0.0
+    lr_warmup_iters: int = 0
+    lr_warmup_init: float = 0.0
+    lr_decay_iters: int = 0
     weight_decay: float = 0.0
     optimizer: str = "sgd"
     adam_beta2: float = 0.95
@@ -57,6 +63,14 @@ class TrainerFlags:
     dump_parameter_updates: str | None = None
     output_dir: str | None = None
     profile_layers: str | None = None
+
+    def lr_schedule(self):
+        """The lr schedule these flags ask for (FlagError when the branch's checks refuse it)."""
+        from harness.trainer.lr_schedule import LRSchedule
+
+        return LRSchedule.from_flags(self.lr_decay_style, self.learning_rate, self.min_lr,
+                                     self.lr_warmup_iters, self.lr_warmup_init,
+                                     self.lr_decay_iters, self.num_iteration)
 
     @property
     def tokens_per_microbatch(self) -> int:

@@ -79,6 +79,7 @@ def _check_inputs(flags: TrainerFlags):
             "with one stage there is no pipeline to schedule"
         )
     layout = layout_from_flags(config.n_layer, dataclasses.asdict(flags))
+    flags.lr_schedule()  # refused here, before a model is built, as the branch's CHECKs would
     return model_kind, config, layout
 
 
@@ -301,9 +302,13 @@ def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimiz
     from harness.trainer.profiling import append_records
 
     engine, device, mesh = built.engine, built.device, built.mesh
+    schedule = flags.lr_schedule()
     reported = []
     for step in range(1, flags.num_iteration + 1):
         started = time.perf_counter()
+        lr = schedule.printed(step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
         inputs, targets = batches.next_step()
         loss = engine.forward_backward(torch.from_numpy(inputs), torch.from_numpy(targets))
@@ -316,7 +321,7 @@ def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimiz
         if profiling is not None:
             append_records(profiling.timings_file, profiling.profiler.take_records(step))
         if engine.reports_loss:
-            record = _step_record(flags, step, loss, elapsed, device)
+            record = _step_record(flags, step, loss, lr, elapsed, device)
             recorder.write_step(record)
             print(format_step_line(record, flags.num_iteration, mesh["dp"], mesh["tp"], mesh["pp"]),
                   flush=True)
@@ -324,14 +329,14 @@ def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimiz
     return reported
 
 
-def _step_record(flags: TrainerFlags, step: int, loss: float, elapsed: float,
+def _step_record(flags: TrainerFlags, step: int, loss: float, lr: float, elapsed: float,
                  device: torch.device) -> StepRecord:
     from harness.contracts.records import StepRecord
 
     return StepRecord(
         step=step,
         loss=float(loss),
-        lr=flags.learning_rate,
+        lr=lr,
         step_time_ms=elapsed * 1e3,
         tokens_per_s=flags.step_tokens / elapsed,
         peak_memory_mb=_peak_memory_mb(device),

@@ -174,7 +174,7 @@ def test_a_second_comparison_in_the_same_case_folder_starts_clean(tmp_path):
 
 class _Subject:
     def baseline_flags(self, model, args):
-        return {"dtype": "float32", "num_iteration": 2, "optimizer": "sgd"}
+        return {"model": model, "dtype": "float32", "num_iteration": 2, "optimizer": "sgd"}
 
 
 def _live(tmp_path, dumps=True):
@@ -192,8 +192,8 @@ def _live(tmp_path, dumps=True):
             _baseline(folder / "gradients")
         result = SimpleNamespace(argv=["python", "-m", "harness.trainer"], duration_s=0.1,
                                  returncode=0, stderr="log")
-        outputs = SimpleNamespace(steps=[{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.9}],
-                                  problem=None)
+        outputs = SimpleNamespace(steps=[{"step": 1, "loss": 5.0, "lr": 1e-4},
+                                         {"step": 2, "loss": 4.9, "lr": 1e-4}], problem=None)
         return SimpleNamespace(launched=SimpleNamespace(result=result), outputs=outputs,
                                failed=False)
 
@@ -207,7 +207,7 @@ def _files(tmp_path):
     return tmp_path / "model.bin", tmp_path / "tokens.bin"
 
 
-RUN_STEPS = [{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.9}]
+RUN_STEPS = [{"step": 1, "loss": 5.0, "lr": 1e-4}, {"step": 2, "loss": 4.9, "lr": 1e-4}]
 
 
 def test_the_live_baseline_dumps_compares_and_caches_its_gradients(tmp_path):

@@ -29,7 +29,7 @@ class _Subject:
         self.flags = dict(flags)
 
     def baseline_flags(self, model, args):
-        return dict(self.flags)
+        return {"model": model, **self.flags}  # the family is the program's own here
 
 
 class _Runs:
@@ -47,7 +47,8 @@ class _Runs:
             np.save(folder / "gradients" / "wte.weight.npy", np.ones(2, np.float32))
         result = SimpleNamespace(argv=["python", "-m", "harness.trainer", str(n)],
                                  duration_s=0.1, returncode=0, stderr="log")
-        outputs = SimpleNamespace(steps=[{"step": 1, "loss": n}, {"step": 2, "loss": n - 0.5}],
+        outputs = SimpleNamespace(steps=[{"step": 1, "loss": n, "lr": 1e-4},
+                                         {"step": 2, "loss": n - 0.5, "lr": 1e-4}],
                                   problem=None)
         return SimpleNamespace(launched=SimpleNamespace(result=result), outputs=outputs,
                                failed=False)
@@ -69,7 +70,8 @@ def _files(tmp_path: Path) -> dict[str, Path]:
     return {name: tmp_path / f"{name}.bin" for name in files}
 
 
-RUN_STEPS = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}]  # equal to run 1's
+RUN_STEPS = [{"step": 1, "loss": 1.0, "lr": 1e-4},  # equal to run 1's
+             {"step": 2, "loss": 0.5, "lr": 1e-4}]
 
 
 def _check(tmp_path, runs, files, *, model="llama3", checkpoint="ckpt", input_bin="tokens",

@@ -53,7 +53,7 @@ def test_topology_output_and_resume_are_dropped_the_global_batch_kept():
                 "total_batch_size": 5120, "save": "/c", "save_interval": 10,
                 "load": "/c/checkpoint_step_000030", "num_iteration": 50}
     got = flags("gpt2", parallel)
-    assert set(got) == {"dtype", "batch_size", "sequence_length", "total_batch_size",
+    assert set(got) == {"model", "dtype", "batch_size", "sequence_length", "total_batch_size",
                         "num_iteration", "learning_rate", "optimizer"}
     assert (got["batch_size"], got["total_batch_size"], got["num_iteration"]) == (40, 5120, 50)
 
@@ -82,6 +82,52 @@ def test_a_listing_without_the_default_is_a_reason_not_the_bundled_trainers_defa
 def test_an_unknown_program_has_no_semantics():
     with pytest.raises(BaselineUnmatched, match="InfiniTrain's 'mixtral' program"):
         flags("mixtral", {}, LISTED["gpt2"])
+
+
+# What feat/lr_scheduler's gpt2 lists besides master's (example/gpt2/main.cc:67-71).
+LR_LISTED = {**LISTED["gpt2"], "lr_decay_style": "constant", "min_lr": "0",
+             "lr_warmup_iters": "0", "lr_warmup_init": "0", "lr_decay_iters": "0"}
+
+
+def test_a_schedule_is_carried_from_the_case_and_the_branchs_listing():
+    case = {"learning_rate": 1e-5, "min_lr": 1e-6, "lr_decay_style": "cosine",
+            "lr_warmup_iters": 2, "lr_warmup_init": 0.0, "lr_decay_iters": 10,
+            "pipeline_parallel": 8}
+    got = flags("gpt2", case, LR_LISTED)
+    assert {k: got[k] for k in ("lr_decay_style", "min_lr", "lr_warmup_iters",
+                                "lr_decay_iters")} == {"lr_decay_style": "cosine",
+                                                       "min_lr": 1e-6, "lr_warmup_iters": 2,
+                                                       "lr_decay_iters": 10}
+    # a case that leaves the schedule out runs the branch's listed default, constant
+    assert flags("gpt2", {}, LR_LISTED)["lr_decay_style"] == "constant"
+    # master lists no schedule flag: none is passed, the bundled trainer's constant lr runs
+    assert "lr_decay_style" not in flags("gpt2", {})
+
+
+def test_a_style_the_bundled_trainer_does_not_compute_skips_the_baseline_naming_it():
+    with pytest.raises(BaselineUnmatched, match="--lr_decay_style=wsd: the bundled trainer "
+                                                "computes none, constant, linear, cosine"):
+        flags("llama3", {"lr_decay_style": "wsd"}, {**LR_LISTED, "learning_rate": "1e-5"})
+
+
+# feat/support_moe's tiny_mixtral listing (example/tiny_mixtral/main.cc:24-35).
+MIXTRAL_LISTED = {"micro_batch_size": "4", "global_batch_size": "4", "sequence_length": "64",
+                  "num_iteration": "10", "learning_rate": "0.0001", "dtype": "float32"}
+
+
+def test_tiny_mixtral_runs_the_mixtral_family_with_adam_and_its_batch_in_sequences():
+    got = flags("tiny_mixtral", {"dtype": "float32", "num_iteration": 10,
+                                 "global_batch_size": 80, "micro_batch_size": 20,
+                                 "log_interval": 1}, MIXTRAL_LISTED)
+    assert got == {"model": "mixtral", "dtype": "float32", "sequence_length": 64,
+                   "num_iteration": 10, "learning_rate": 1e-4, "batch_size": 20,
+                   "total_batch_size": 80 * 64, "optimizer": "adamw", "weight_decay": 0.0,
+                   "adam_beta2": 0.999}
+    default = flags("tiny_mixtral", {"dtype": "float32"}, MIXTRAL_LISTED)
+    assert (default["batch_size"], default["total_batch_size"]) == (4, 256)
+    with pytest.raises(BaselineUnmatched, match="--batch_size: no recorded counterpart .* "
+                                                "tiny_mixtral"):
+        flags("tiny_mixtral", {"batch_size": 4}, MIXTRAL_LISTED)
 
 
 def test_every_fact_names_its_source_and_docs_table_them():

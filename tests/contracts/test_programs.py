@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.contracts.flags import FLAG_TABLE, FLAGS, INFINITRAIN, foreign_role_table
+from harness.contracts.models import MODEL_SPECS
 from harness.contracts.programs import (
     FACT_NAMES,
     PROGRAMS,
@@ -38,7 +39,9 @@ def test_the_facts_that_decide_a_run():
     assert (mixtral.binary, mixtral.checkpoint_variable, mixtral.input_bin_variable) == (
         "tiny_mixtral", "MIXTRAL_LLMC_FILEPATH", "MIXTRAL_INPUT_BIN")
     assert mixtral.step_line == "stdout" and not mixtral.multi_device
-    assert mixtral.family is None and mixtral.default_groups == "moe"
+    assert mixtral.family == "mixtral" and mixtral.default_groups == "moe"
+    # every family a program names is one of the bundled trainer's (harness.contracts.models)
+    assert {p.family for p in PROGRAMS.values()} <= set(MODEL_SPECS)
     assert not mixtral.runs_every_tag_without_groups
     assert PROGRAMS["gpt2"].step_line == "glog" and PROGRAMS["gpt2"].multi_device
     # every batch flag a program names is in the flag table, as InfiniTrain's
