@@ -102,7 +102,10 @@ def judged(source: str, run_steps: list[dict], base_steps: list[int], base_losse
                              [s for s, _ in pairs], [l for _, l in pairs], dtype,
                              resolution=_resolution(run_steps), where=source)
     lr = None
-    if base_lrs is not None:
+    if base_lrs is not None and not any(_finite(s.get("lr")) for s in run_steps):
+        # a trainer that prints no lr column at all (a command trainer): said, not failed
+        note = "; ".join(filter(None, [note, "lr not compared: the run printed none"]))
+    elif base_lrs is not None:
         # the run's printed steps (a tiny_mixtral --log_interval prints some; the loss check
         # above judges whether the run printed the steps it should)
         printed = {int(s["step"]) for s in run_steps}
@@ -120,6 +123,10 @@ def judged(source: str, run_steps: list[dict], base_steps: list[int], base_losse
                          verdict=verdict, losses=tuple(l for _, l in pairs),
                          steps=tuple(s for s, _ in pairs), run=dict(run or {}), note=note,
                          gradients=gradients, gradients_reason=gradients_reason, lr=lr)
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(float(value))
 
 
 def _lr(step: dict) -> float:

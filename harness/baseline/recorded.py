@@ -51,4 +51,5 @@ def recorded_check(folder: Path, case, run_steps: list[dict], first_step: int) -
                                      f"case; expected {dtype}")
         return BaselineCheck(run.source, "failed", reason=verdict.problem, verdict=verdict)
     return judged(run.source, run_steps, list(run.steps), list(run.losses), dtype, first_step,
-                  note=run.note)
+                  note=run.note, base_lrs=list(run.lrs) or None,  # a log without lrs: none
+                  base_lr_resolutions=list(run.lr_resolutions) or None)

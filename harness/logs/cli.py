@@ -1,7 +1,7 @@
 """The tool's cases, verdict lines, report.md and exit code. `python -m harness.logs BASELINE
-SUBJECT` pairs the runs, judges each pair, prints one line a case and writes report.md; exit 0
-when every case passed, 1 when one failed, had no partner or a bad input, 2 for unusable
-arguments."""
+SUBJECT` pairs the runs, judges each pair (the loss per step, and the printed lr per step where
+both logs print one), prints one line a case and writes report.md; exit 0 when every case
+passed, 1 when one failed, had no partner or a bad input, 2 for unusable arguments."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from harness.compare.baseline import BaselineVerdict, bad_pairing, judge_baseline, threshold_text
+from harness.compare.baseline import (
+    BaselineVerdict,
+    LrVerdict,
+    bad_pairing,
+    judge_baseline,
+    judge_lr,
+    threshold_text,
+)
 
 from .pairing import read_pairing, resolved
 from .readers import BadInput, Reading, RecordedRun, dtype_of, read_paths
@@ -32,6 +39,8 @@ class Case:
     subject: RecordedRun | None = None
     verdict: BaselineVerdict | None = None
     why: str = ""  # for NO PARTNER and BAD INPUT
+    lr: LrVerdict | None = None  # where both sides print an lr
+    lr_note: str | None = None  # where one side prints an lr and the other none
 
     @property
     def label(self) -> str:
@@ -49,9 +58,22 @@ class Case:
             return f"{self.status} {self.label} {self.dtype}: {why}"
         v = self.verdict
         worst = f"worst {v.max_abs_diff:.1e} at step {v.worst_step} (threshold {v.threshold})"
-        if v.ok:
-            return f"{PASSED} {self.label} {v.dtype} {len(v.steps)} steps, {worst}"
-        return f"{FAILED} {self.label} {v.dtype} {v.lines()[0]}; {worst}"
+        loss = f"{len(v.steps)} steps, {worst}" if v.ok else f"{v.lines()[0]}; {worst}"
+        return f"{self.status} {self.label} {v.dtype} {loss}{self.lr_text()}"
+
+    def lr_text(self) -> str:
+        """The lr's part of the line: `; lr ...`, or nothing where neither side prints one."""
+        if self.lr_note:
+            return f"; {self.lr_note}"
+        lr = self.lr
+        if lr is None:
+            return ""
+        if lr.problem:
+            return f"; lr bad pairing: {lr.problem}"
+        worst = f"worst lr |diff| {lr.max_abs_diff:.1e} at step {lr.worst_step}"
+        if lr.ok:
+            return f"; lr {len(lr.steps)} steps within print resolution, {worst}"
+        return f"; {lr.lines()[0]}; {worst}"
 
 
 def _resolved(reading: Reading, pairing) -> tuple[list[RecordedRun], list[BadInput]]:
@@ -133,18 +155,33 @@ def _dtype_of_case(case: str | None) -> str:
 
 
 def judged(base: RecordedRun, run: RecordedRun) -> Case:
-    """The verdict of one pair; another model or dtype is a bad pairing."""
+    """The verdict of one pair; another model or dtype is a bad pairing. The printed lr is
+    judged beside the loss where both print one (harness.compare.baseline.judge_lr); where one
+    prints none, the case says so in one line naming that file."""
     where = f"subject {run.source} against baseline {base.source}"
+    lr, lr_note = None, None
     if base.model != run.model or base.dtype != run.dtype:
         verdict = bad_pairing(run.dtype, f"{where}: the baseline is {base.model} {base.dtype}; "
                                          f"expected {run.model} {run.dtype}")
     else:
         verdict = judge_baseline(run.steps, run.losses, base.steps, base.losses, run.dtype,
                                  where=where)
-    status = PASSED if verdict.ok else (BAD if verdict.problem else FAILED)
+        if run.lrs and base.lrs:
+            lr = judge_lr(run.steps, run.lrs, run.lr_resolutions, base.steps, base.lrs,
+                          base.lr_resolutions, where=where)
+        elif run.lrs or base.lrs:
+            (bare, side), printed = ((run, "subject"), base) if base.lrs else \
+                ((base, "baseline"), run)
+            lr_note = (f"lr not compared: the {side} {bare.source} prints no lr; expected "
+                       f"`lr X` on every step line, as {printed.source} prints")
+    if verdict.problem or (lr is not None and lr.problem):
+        status = BAD
+    else:
+        status = PASSED if verdict.ok and (lr is None or lr.ok) else FAILED
     tag = run.tag or base.tag
     return Case(run.model, run.case, tag, run.dtype, status, base, run, verdict,
-                why=verdict.problem or "")
+                why=verdict.problem or (lr.problem if lr else None) or "", lr=lr,
+                lr_note=lr_note)
 
 
 def report_md(cases: Sequence[Case], baseline: Sequence[str], subject: Sequence[str]) -> str:
@@ -155,8 +192,8 @@ def report_md(cases: Sequence[Case], baseline: Sequence[str], subject: Sequence[
            "|" + " --- |" * len(counts), "",
            "## Cases", "",
            "| model | case | dtype | steps compared | first diverging step | worst \\|diff\\| "
-           "| threshold | status | sources |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| threshold | lr (worst \\|diff\\|, first diverging step) | status | sources |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in cases:
         v = c.verdict
         compared = len(v.steps) if v and not v.problem else 0
@@ -166,8 +203,8 @@ def report_md(cases: Sequence[Case], baseline: Sequence[str], subject: Sequence[
         notes = "; ".join(r.note for r in (c.baseline, c.subject) if r and r.note)
         sources = c.sources + (f" ({notes})" if notes else "")
         out.append(f"| {c.model} | {(c.tag + '/') if c.tag else ''}{c.case or '?'} | {c.dtype} "
-                   f"| {compared} | {first} | {worst} | {threshold_text(c.dtype)} | {c.status} "
-                   f"| {_cell(sources)} |")
+                   f"| {compared} | {first} | {worst} | {threshold_text(c.dtype)} "
+                   f"| {_cell(_lr_cell(c))} | {c.status} | {_cell(sources)} |")
     for title, status in (("No partner", NO_PARTNER), ("Bad inputs", BAD)):
         out += ["", f"## {title}", ""]
         rows = [c for c in cases if c.status == status]
@@ -176,8 +213,27 @@ def report_md(cases: Sequence[Case], baseline: Sequence[str], subject: Sequence[
     if failed:
         out += ["", "## Failures", ""]
         for c in failed:
-            out += [f"- {c.label}:"] + [f"  - {line}" for line in c.verdict.lines()]
+            lines = c.verdict.lines() if not c.verdict.ok else []
+            lines += c.lr.lines() if c.lr is not None and not c.lr.ok else []
+            out += [f"- {c.label}:"] + [f"  - {line}" for line in lines]
+    notes = [c for c in cases if c.lr_note or (c.lr is not None and c.lr.problem)]
+    if notes:
+        out += ["", "## Learning rate not compared", ""]
+        out += [f"- {c.label}: {_cell(c.lr_note or c.lr.problem)}" for c in notes]
     return "\n".join(out) + "\n"
+
+
+def _lr_cell(c: Case) -> str:
+    """The report's lr cell: the worst |diff| and the first diverging step, or why none."""
+    if c.lr_note:
+        return "not printed by one side"
+    if c.lr is None:
+        return "-"
+    if c.lr.problem:
+        return "bad pairing"
+    first = c.lr.first_diverging_step
+    return (f"{c.lr.max_abs_diff:.1e} at step {c.lr.worst_step}, "
+            f"{'none' if first is None else f'step {first}'}")
 
 
 def _cell(text: str) -> str:

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .readers import DESCRIPTIVE_MODELS, BadInput, Reading, RecordedRun, dtype_of
+from .readers import DESCRIPTIVE_MODELS, SCRIPT_MODELS, BadInput, Reading, RecordedRun, dtype_of
 
 # Where each row comes from. The descriptive names are in InfiniTrain-Test's
 # baseline/pytorch/logs/202511_a800/result_pytorch.log (commit b09e9d3); the script that printed
@@ -29,7 +29,7 @@ _FLAGS = {
                                            "{script} --batch_size 10 --total_batch_size 5120` "
                                            f"is case 3; {_CONFIG} id 3 (nthread_per_process 8)"),
 }
-_SCRIPTS = {"gpt2": "train_gpt2.py", "llama3": "train_llama3.2_1B.py"}
+_SCRIPTS = {model: script for script, model in SCRIPT_MODELS.items()}
 _MODELS = {label: (model, _SCRIPTS[model]) for label, model in DESCRIPTIVE_MODELS.items()}
 
 

@@ -1,13 +1,21 @@
 """The readers, one per kind of recorded log, each to RecordedRun; what cannot be read is a
 BadInput (one line naming the file and what was expected), never dropped.
 
-    result_pytorch*.log                 PyTorch baseline: `Running: gpt2_1 (fp32)` sections (or
-                                        descriptive ones: case None, paired in pairing.py)
+    result_pytorch*.log                 PyTorch baseline: `Running: gpt2_1 (fp32)` sections,
+                                        `Running: train_gpt2.py / 5_linear_tp4_sp_distopt`
+                                        (script / case id), or descriptive ones (case None,
+                                        paired in pairing.py)
     result_megatron_training_<m>.log    Megatron: `Running: llama3_1 (float32)` sections; its
                                         step 2 is the mean of iterations 1-2, so 2*L2 - L1
+    result_megatron_<m>.log             Megatron runs that print InfiniTrain's step lines
+                                        (`Running: tiny_mixtral_1 (float32)`), one loss a step
     <model>_<case>.log                  an InfiniTrain run's log (flat, or under logs/<tag>/
                                         with a run_metadata.log)
-    results.jsonl                       the harness's own session folder
+    results.jsonl                       the harness's own session folder (no lr recorded)
+
+Every step line's learning rate is read beside its loss (`| lr 1.00e-05 |`, Megatron's
+`learning rate: 1.000000E-05 |`), with its print resolution (harness.compare.baseline.
+printed_resolution), into RecordedRun.lrs / lr_resolutions; a log that prints none has none.
 """
 
 from __future__ import annotations
@@ -18,18 +26,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from harness.compare.baseline import printed_resolution
+from harness.contracts.programs import PROGRAMS
 from harness.results import read_results
 
 STEP = re.compile(r"\bstep\s+(\d+)/\s*\d+\s*\|\s*train loss\s+(\S+)")
 ITERATION = re.compile(r"\biteration\s+(\d+)/\s*\d+\s*\|.*?\blm loss:\s*(\S+)")
+# The lr on a step line: InfiniTrain's `| lr {:.2e} |` (master@b24d92f:example/gpt2/main.cc:493,
+# PyTorch's and tiny_mixtral's alike), Megatron's `learning rate: {:.6E} |`.
+STEP_LR = re.compile(r"\|\s*lr\s+([^\s|]+)")
+ITERATION_LR = re.compile(r"\blearning rate:\s*([^\s|]+)")
 SECTION = re.compile(r"^Running:\s*(.+?)\s*$")
-# An id-style section (or a log's stem): model, then the case (`gpt2_1_bfloat16`).
+# An id-style section (or a log's stem): model, then the case (`gpt2_1_bfloat16`). The model is
+# one of InfiniTrain's programs where the name starts with one (`tiny_mixtral_1`:
+# harness/contracts/data/infinitrain_programs.json), else its first word.
 ID_NAME = re.compile(r"^([a-z][a-z0-9.]*?)_([A-Za-z0-9][\w.]*)$")
+CASE_ID = re.compile(r"[A-Za-z0-9][\w.]*")
+# A script-style PyTorch section, `Running: train_gpt2.py / 5_linear_tp4_sp_distopt`
+# (InfiniTrain-Test baseline/pytorch/scripts/run_pytorch_training_lr_scheduler.sh@2ba71fe:
+# `echo "Running: ${training_script} / ${case_id}"` over TRAINING_SCRIPTS), the case id being
+# InfiniTrain's test_config.json id of the lr_scheduler tag.
+SCRIPT_SECTION = re.compile(r"^(\S+\.py)\s*/\s*([A-Za-z0-9][\w.]*)$")
 METADATA_KEYS = {"RUN_STARTED_AT": "run_started_at", "GIT_BRANCH": "git_branch",
                  "GIT_COMMIT": "git_commit", "CONFIG_FILE": "config_file"}
 # The model a descriptive PyTorch section speaks of (`GPT-2 (Single GPU, ...)`): InfiniTrain-Test's
 # train_gpt2.py and train_llama3.2_1B.py are InfiniTrain's gpt2 and llama3 examples.
 DESCRIPTIVE_MODELS = {"GPT-2": "gpt2", "LLaMA3_2": "llama3"}
+SCRIPT_MODELS = {"train_gpt2.py": "gpt2", "train_llama3.2_1B.py": "llama3"}
 MEGATRON_NOTE = ("step 2 := 2*L2 - L1 (Megatron logs the mean of iterations 1-2 as "
                  "iteration 2)")
 
@@ -48,6 +71,10 @@ class RecordedRun:
     tag: str | None = None
     note: str | None = None
     meta: dict = field(default_factory=dict, compare=False)
+    # The lr each step printed (NaN where a step line printed none) and one unit in its last
+    # printed place (None for an lr that is not a number); both empty when the log prints no lr.
+    lrs: tuple[float, ...] = ()
+    lr_resolutions: tuple[float | None, ...] = ()
 
     @property
     def section(self) -> str | None:
@@ -94,16 +121,34 @@ def _float(text: str) -> float:
         return math.nan
 
 
-def _steps(lines: Iterable[str], pattern: re.Pattern) -> list[tuple[int, float]]:
-    return [(int(m.group(1)), _float(m.group(2))) for m in map(pattern.search, lines) if m]
+def _steps(lines: Iterable[str], pattern: re.Pattern,
+           lr_pattern: re.Pattern = STEP_LR) -> list[tuple[int, float, str | None]]:
+    """(step, loss, the lr as printed or None) of each step line."""
+    out = []
+    for line in lines:
+        m = pattern.search(line)
+        if m:
+            lr = lr_pattern.search(line)
+            out.append((int(m.group(1)), _float(m.group(2)), lr.group(1) if lr else None))
+    return out
 
 
-def _checked(pairs: list[tuple[int, float]], source: str, what: str) -> str | None:
-    """The problem with a run's (step, loss) pairs, or None."""
+def _lr_column(steps: list[tuple[int, float, str | None]]) -> dict:
+    """RecordedRun's lrs and lr_resolutions of the step lines: none when no line printed an
+    lr; else one a step, NaN (resolution None) where a line printed none."""
+    if all(text is None for _, _, text in steps):
+        return {}
+    return {"lrs": tuple(math.nan if t is None else _float(t) for _, _, t in steps),
+            "lr_resolutions": tuple(None if t is None else printed_resolution(t.rstrip(",;"))
+                                    for _, _, t in steps)}
+
+
+def _checked(pairs: list[tuple[int, float, str | None]], source: str, what: str) -> str | None:
+    """The problem with a run's (step, loss, lr) lines, or None."""
     if not pairs:
         return f"{source}: no {what} lines; expected one per step"
     seen: set[int] = set()
-    for step, _ in pairs:
+    for step, *_ in pairs:
         if step in seen:
             return f"{source}: step {step} appears twice; expected each step once"
         seen.add(step)
@@ -122,13 +167,24 @@ def _sections(path: Path) -> list[tuple[str, list[str]]]:
     return sections
 
 
+def split_id(name: str) -> tuple[str, str] | None:
+    """(model, case) of an id-style name (`gpt2_1_bfloat16`, `tiny_mixtral_2`), else None: the
+    longest InfiniTrain program the name starts with, else its first word."""
+    for program in sorted(PROGRAMS, key=len, reverse=True):
+        rest = name.removeprefix(program + "_")
+        if rest != name and CASE_ID.fullmatch(rest):
+            return program, rest
+    m = ID_NAME.match(name)
+    return (m.group(1), m.group(2)) if m else None
+
+
 def _section_name(name: str) -> tuple[str, str, str] | None:
     """(model, case, dtype) of an id-style section (`gpt2_3 (fp32, 8 GPUs)`), else None."""
     head, _, rest = name.partition(" ")
-    m = ID_NAME.match(head)
-    if not m or (rest and not (rest.startswith("(") and rest.endswith(")"))):
+    parsed = split_id(head)
+    if not parsed or (rest and not (rest.startswith("(") and rest.endswith(")"))):
         return None
-    return m.group(1), m.group(2), dtype_of(name)
+    return *parsed, dtype_of(name)
 
 
 def descriptive_model(name: str) -> str:
@@ -138,8 +194,23 @@ def descriptive_model(name: str) -> str:
     return DESCRIPTIVE_MODELS.get(head) or re.sub(r"[^a-z0-9]", "", head.lower()) or "unknown"
 
 
+def _script_section(name: str, source: str) -> tuple[str, str, str] | BadInput | None:
+    """(model, case, dtype) of a script-style section (`train_gpt2.py / 3_none_zero2`), a
+    BadInput for a script that is none of SCRIPT_MODELS, else None."""
+    m = SCRIPT_SECTION.match(name)
+    if not m:
+        return None
+    script, case = m.groups()
+    if script not in SCRIPT_MODELS:
+        return BadInput(source, f"{source}: script {script!r}; expected one of "
+                                f"{', '.join(SCRIPT_MODELS)} (InfiniTrain's "
+                                f"{', '.join(SCRIPT_MODELS.values())})", None, case)
+    return SCRIPT_MODELS[script], case, dtype_of(case)
+
+
 def read_pytorch(path: Path) -> Reading:
-    """A PyTorch baseline log: one run per `Running:` section; a descriptive section name
+    """A PyTorch baseline log: one run per `Running:` section, id-style (`gpt2_1 (fp32)`) or
+    script-style (`train_gpt2.py / 3_none_zero2`); a descriptive section name
     (`GPT-2 (Single GPU, default batch, fp32)`) keeps case None for pairing.py."""
     runs, bad = [], []
     sections = _sections(path)
@@ -148,7 +219,10 @@ def read_pytorch(path: Path) -> Reading:
                                        "expected a PyTorch baseline log"))
     for name, lines in sections:
         source = f"{path} [{name}]"
-        parsed = _section_name(name)
+        parsed = _section_name(name) or _script_section(name, source)
+        if isinstance(parsed, BadInput):
+            bad.append(parsed)
+            continue
         if parsed:
             model, case, dtype = parsed
         else:
@@ -158,10 +232,40 @@ def read_pytorch(path: Path) -> Reading:
         if problem:
             bad.append(BadInput(source, problem, model, case))
             continue
-        runs.append(RecordedRun("pytorch", model, case, dtype, tuple(s for s, _ in pairs),
-                                tuple(x for _, x in pairs), source,
+        runs.append(RecordedRun("pytorch", model, case, dtype, tuple(p[0] for p in pairs),
+                                tuple(p[1] for p in pairs), source,
                                 note=None if case else "descriptive section name",
-                                meta={"section": name, "file": str(path)}))
+                                meta={"section": name, "file": str(path)}, **_lr_column(pairs)))
+    return Reading(tuple(runs), tuple(bad))
+
+
+def read_megatron_steps(path: Path) -> Reading:
+    """A Megatron log that prints InfiniTrain's step lines, one loss a step (no running mean:
+    InfiniTrain-Test baseline/megatron/scripts/train_megatron_tiny_mixtral.py@db67c7b prints
+    `step {step+1:4d}/{N} | train loss {loss_value:.6f} | norm -1.0000 | lr {lr:.2e}` for
+    each step), under id-style sections (`Running: tiny_mixtral_1 (float32)`, its
+    run_megatron_tiny_mixtral.sh)."""
+    runs, bad = [], []
+    sections = _sections(path)
+    if not sections:
+        bad.append(BadInput(str(path), f"{path}: no `Running: <model>_<case> (<dtype>)` "
+                                       "section; expected a Megatron log"))
+    for name, lines in sections:
+        source = f"{path} [{name}]"
+        parsed = _section_name(name)
+        if not parsed:
+            bad.append(BadInput(source, f"{source}: section name {name!r}; expected "
+                                        "`<model>_<case> (<dtype>)`"))
+            continue
+        model, case, dtype = parsed
+        pairs = _steps(lines, STEP)
+        problem = _checked(pairs, source, "`step N/M | train loss X`")
+        if problem:
+            bad.append(BadInput(source, problem, model, case))
+            continue
+        runs.append(RecordedRun("megatron", model, case, dtype, tuple(p[0] for p in pairs),
+                                tuple(p[1] for p in pairs), source,
+                                meta={"section": name, "file": str(path)}, **_lr_column(pairs)))
     return Reading(tuple(runs), tuple(bad))
 
 
@@ -186,9 +290,9 @@ def read_megatron(path: Path) -> Reading:
             bad.append(BadInput(source, f"{source}: section of model {model!r} in the log of "
                                         f"{file_model!r}; expected {file_model}", model, case))
             continue
-        pairs = _steps(lines, ITERATION)
+        pairs = _steps(lines, ITERATION, ITERATION_LR)
         problem = _checked(pairs, source, "`iteration N/M | ... | lm loss: X`")
-        losses = dict(pairs)
+        losses = {step: loss for step, loss, _ in pairs}
         if not problem and 2 in losses and 1 not in losses:
             problem = (f"{source}: iteration 2 but no iteration 1; expected iteration 1 to "
                        "correct step 2 (Megatron logs the mean of iterations 1-2)")
@@ -199,10 +303,10 @@ def read_megatron(path: Path) -> Reading:
         if 2 in losses:
             losses[2] = 2 * losses[2] - losses[1]
             note = MEGATRON_NOTE
-        steps = tuple(s for s, _ in pairs)
+        steps = tuple(p[0] for p in pairs)
         runs.append(RecordedRun("megatron", model, case, dtype, steps,
                                 tuple(losses[s] for s in steps), source, note=note,
-                                meta={"section": name, "file": str(path)}))
+                                meta={"section": name, "file": str(path)}, **_lr_column(pairs)))
     return Reading(tuple(runs), tuple(bad))
 
 
@@ -227,11 +331,11 @@ def _metadata_near(path: Path) -> tuple[dict, Path | None]:
 def read_infinitrain(path: Path) -> Reading:
     """An InfiniTrain log `<model>_<case>.log` (case `1`, `1_bfloat16`, ...); under
     `logs/<tag>/` beside a run_metadata.log the folder is the tag."""
-    m = ID_NAME.match(path.stem)
-    if not m:
+    parsed = split_id(path.stem)
+    if not parsed:
         return Reading((), (BadInput(str(path), f"{path}: file name; expected "
                                                 "`<model>_<case>.log`"),))
-    model, case = m.groups()
+    model, case = parsed
     meta, metadata = _metadata_near(path)
     tag = path.parent.name if metadata is not None and path.parent.name != "logs" else None
     meta = {**meta, "file": str(path)}
@@ -242,8 +346,8 @@ def read_infinitrain(path: Path) -> Reading:
     if problem:
         return Reading((), (BadInput(str(path), problem, model, case, tag),))
     return Reading((RecordedRun("infinitrain", model, case, dtype_of(case),
-                                tuple(s for s, _ in pairs), tuple(x for _, x in pairs),
-                                str(path), tag=tag, meta=meta),), ())
+                                tuple(p[0] for p in pairs), tuple(p[1] for p in pairs),
+                                str(path), tag=tag, meta=meta, **_lr_column(pairs)),), ())
 
 
 def read_session(path: Path) -> Reading:
@@ -292,13 +396,16 @@ def kind_of(path: Path) -> str | None:
         return "pytorch"
     if name.startswith("result_megatron_training_") and name.endswith(".log"):
         return "megatron"
+    if name.startswith("result_megatron_") and name.endswith(".log"):
+        return "megatron_steps"
     if (name.endswith(".log") and name != "run_metadata.log" and "profile" not in name
             and not name.startswith("result_") and ID_NAME.match(path.stem)):
         return "infinitrain"
     return None
 
 
-READERS = {"pytorch": read_pytorch, "megatron": read_megatron, "infinitrain": read_infinitrain,
+READERS = {"pytorch": read_pytorch, "megatron": read_megatron,
+           "megatron_steps": read_megatron_steps, "infinitrain": read_infinitrain,
            "harness": read_session}
 
 
@@ -327,5 +434,6 @@ def read_paths(paths: Iterable[str | Path]) -> Reading:
         if not found:
             raise FileNotFoundError(f"{path}: no recorded run; expected at least one of "
                                     "result_pytorch*.log, result_megatron_training_<model>.log, "
-                                    "<model>_<case>.log, results.jsonl")
+                                    "result_megatron_<model>.log, <model>_<case>.log, "
+                                    "results.jsonl")
     return reading

@@ -65,12 +65,21 @@ def test_a_warmup_step_printed_zero_is_exact():
     assert check.status == "failed" and check.lr.first_diverging_step == 1
 
 
-def test_a_run_without_an_lr_column_is_a_problem_never_a_pass():
-    steps = [{"step": s, "loss": 5.0} for s in range(1, 4)]
+def test_a_step_that_printed_no_lr_is_a_problem_never_a_pass():
+    steps = _printed([1e-5] * 3)
+    steps[1]["lr"] = float("nan")  # `lr nan`, or a column lost on one line
     check = judged("pytorch (live)", steps, [1, 2, 3], [5.0] * 3, "float32", 1,
                    base_lrs=[1e-5] * 3)
     assert check.status == "failed" and check.lr.problem
-    assert "step 1" in check.lr.problem
+    assert "step 2" in check.lr.problem
+
+
+def test_a_run_that_prints_no_lr_at_all_is_judged_on_its_loss_and_says_so():
+    steps = [{"step": s, "loss": 5.0} for s in range(1, 4)]
+    check = judged("pytorch (live)", steps, [1, 2, 3], [5.0] * 3, "float32", 1,
+                   base_lrs=[1e-5] * 3)
+    assert check.status == "passed" and check.lr is None
+    assert check.note == "lr not compared: the run printed none"
 
 
 def test_a_baseline_without_lrs_compares_the_loss_alone():

@@ -27,8 +27,9 @@ def run_folder(tmp_path, name, losses, file="gpt2_1.log"):
     return tmp_path / name
 
 
-def steps(losses):
-    return [{"step": i + 1, "loss": x, "loss_resolution": 1e-6} for i, x in enumerate(losses)]
+def steps(losses, lr=1e-4):
+    return [{"step": i + 1, "loss": x, "loss_resolution": 1e-6, "lr": lr,
+             "lr_resolution": 1e-6} for i, x in enumerate(losses)]
 
 
 def test_a_recorded_run_of_the_case_is_judged_step_by_step(tmp_path):
@@ -37,6 +38,17 @@ def test_a_recorded_run_of_the_case_is_judged_step_by_step(tmp_path):
     assert ok.status == "passed", ok
     bad = recorded_check(base, FakeCase(), steps([5.0, 4.95, 4.8]), 1)
     assert (bad.status, bad.verdict.first_diverging_step) == ("failed", 2)
+
+
+def test_the_recorded_lr_is_compared_and_a_run_without_one_says_so(tmp_path):
+    base = run_folder(tmp_path, "b", [5.0, 4.9, 4.8])  # printed lr 1.00e-04 at every step
+    drifted = recorded_check(base, FakeCase(), steps([5.0, 4.9, 4.8], lr=1.02e-4), 1)
+    assert drifted.status == "failed" and drifted.verdict.ok
+    assert drifted.lr.first_diverging_step == 1 and "lr: first diverging step 1" in drifted.reason
+    bare = [{k: v for k, v in s.items() if not k.startswith("lr")} for s in steps([5.0, 4.9, 4.8])]
+    unprinted = recorded_check(base, FakeCase(), bare, 1)
+    assert unprinted.status == "passed" and unprinted.lr is None
+    assert "lr not compared: the run printed none" in unprinted.note
 
 
 def test_no_partner_is_a_skip_naming_the_case_and_folder(tmp_path):

@@ -31,7 +31,7 @@ def test_step_lines_parse_infinitrain_format():
     parsed = parse_step_lines(text)
     assert parsed[0] == {"step": 1, "loss": 5.250158, "lr": 1e-4, "step_time_ms": 12.3,
                          "tokens_per_s": 4150.0, "peak_memory_mb": 123.0,
-                         "loss_resolution": 1e-6}
+                         "loss_resolution": 1e-6, "lr_resolution": 1e-6}
     assert np.isnan(parsed[1]["loss"]) and parsed[1]["peak_memory_mb"] is None
     assert parsed[1]["loss_resolution"] is None  # not a number: no print resolution
 

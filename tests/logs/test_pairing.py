@@ -117,3 +117,30 @@ def test_a_baseline_of_another_dtype_is_a_bad_pairing():
 def test_a_baseline_with_other_steps_is_a_bad_pairing():
     (case,) = pair(_reading(_run("pytorch", losses=LOSSES[:2])), _reading(_run()))
     assert case.status == BAD and "the baseline has steps 1-2, the run 1-3" in case.why
+
+
+def test_script_sections_pair_with_the_lr_scheduler_logs():
+    lrs = FIXTURES / "lr_scheduler"
+    cases = pair(read_paths([lrs / "pytorch"]), read_paths([lrs / "infinitrain"]))
+    assert len(cases) == 20 and {c.status for c in cases} <= {PASSED, FAILED}
+    assert {c.label for c in cases} >= {"gpt2/3_none_zero2", "llama3/8_bfloat16_none_all_parallel"}
+    assert all(c.lr is not None and c.lr.problem is None for c in cases)
+
+
+def test_megatron_tiny_mixtral_pairs_with_a_moe_log(tmp_path):
+    # no InfiniTrain tiny_mixtral log is in the recorded feat/lr_scheduler run (its tags are
+    # basic, build, checkpoint, ctest, lora, lr_scheduler, zero): this one is written in the
+    # runner's layout (logs/moe/tiny_mixtral_<id>.log beside a run_metadata.log) from the
+    # Megatron log's own step lines, which tiny_mixtral prints in the same format
+    megatron = FIXTURES / "lr_scheduler" / "megatron" / "result_megatron_tiny_mixtral.log"
+    lines = megatron.read_text().split("Running: tiny_mixtral_1 (float32)")[1].splitlines()
+    steps = [line for line in lines if line.startswith("step ")][:10]
+    moe = tmp_path / "logs" / "moe"
+    moe.mkdir(parents=True)
+    (tmp_path / "logs" / "run_metadata.log").write_text("[GIT_BRANCH] feat/support_moe\n")
+    (moe / "tiny_mixtral_1.log").write_text("\n".join(steps) + "\n")
+    cases = {c.label: c for c in pair(read_paths([megatron]), read_paths([tmp_path]))}
+    case = cases["moe/tiny_mixtral/1"]
+    assert case.status == PASSED and case.verdict.max_abs_diff == 0.0
+    assert case.lr.ok and case.lr.steps == tuple(range(1, 11))
+    assert {cases[k].status for k in cases if k != "moe/tiny_mixtral/1"} == {NO_PARTNER}

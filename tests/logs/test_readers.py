@@ -2,6 +2,7 @@
 (tests/logs/fixtures/README.md), and every bad input as one line naming the file."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,15 @@ from harness.logs.readers import (
     MEGATRON_NOTE,
     kind_of,
     read_megatron,
+    read_megatron_steps,
     read_paths,
     read_pytorch,
     read_session,
+    split_id,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
+LRS = FIXTURES / "lr_scheduler"  # the real feat/lr_scheduler logs (fixtures/README.md)
 GLOG = ("E20251127 07:51:43.145181 140071820840960 main.cc:325] step    {step}/10 | train loss "
         "{loss} | lr 1.00e-04 | (73.62 ms | 3477 tok/s, DP=1, TP=1, SP=0, PP=1)\n")
 MEGATRON = (" [2026-09-24 01:27:06.472020] iteration        {step}/      10 | consumed samples:  "
@@ -167,3 +171,89 @@ def test_a_file_name_pairing_renames_an_infinitrain_log(tmp_path):
     assert (run.model, run.case) == ("gpt2", "default")
     paired = resolve(run, {"gpt2_default.log": ("gpt2", "1")})
     assert (paired.model, paired.case, paired.meta["paired_by"]) == ("gpt2", "1", "--pairing")
+
+
+# --- the lr column, the script-style sections, Megatron's step-line logs --------------------
+
+def test_pytorch_script_sections_with_their_lr_column():
+    reading = read_pytorch(LRS / "pytorch" / "result_pytorch_trainng_lr_scheduler.log")
+    assert not reading.bad and len(reading.runs) == 20
+    runs = {(r.model, r.case): r for r in reading.runs}
+    assert {m for m, _ in runs} == {"gpt2", "llama3"}
+    zero2 = runs["gpt2", "3_none_zero2"]
+    assert (zero2.kind, zero2.dtype, zero2.tag, zero2.note) == ("pytorch", "float32", None, None)
+    assert zero2.source.endswith("[train_gpt2.py / 3_none_zero2]")
+    assert zero2.lrs == (1e-5,) * 10 and zero2.lr_resolutions == (pytest.approx(1e-7),) * 10
+    linear = runs["llama3", "5_linear_tp4_sp_distopt"]  # train_llama3.2_1B.py
+    assert linear.lrs[:4] == (0.0, 5e-6, 1e-5, 8.88e-6) and linear.lrs[-1] == 2.13e-6
+    assert linear.lr_resolutions[:2] == (0.0, pytest.approx(1e-8))  # 0.00e+00 is exact
+    assert runs["gpt2", "3_bfloat16_linear"].dtype == "bfloat16"
+    assert runs["gpt2", "3_bfloat16_linear"].losses[0] == 5.212680
+
+
+def test_an_unknown_training_script_is_a_bad_input(tmp_path):
+    log = tmp_path / "result_pytorch_x.log"
+    log.write_text("Running: train_qwen3.py / 3_none_zero2\n"
+                   "step    1/10 | train loss 5.2 | norm -1.0000 | lr 1.00e-05 | (1 ms)\n")
+    reading = read_pytorch(log)
+    (bad,) = reading.bad
+    assert not reading.runs and bad.case == "3_none_zero2"
+    assert bad.message == (f"{log} [train_qwen3.py / 3_none_zero2]: script 'train_qwen3.py'; "
+                           "expected one of train_gpt2.py, train_llama3.2_1B.py (InfiniTrain's "
+                           "gpt2, llama3)")
+
+
+def test_infinitrain_lr_scheduler_logs_read_their_lr():
+    (run,) = read_paths([LRS / "infinitrain" / "logs" / "lr_scheduler" /
+                         "gpt2_5_linear_tp4_sp_distopt.log"]).runs
+    assert (run.model, run.case, run.dtype, run.tag) == (
+        "gpt2", "5_linear_tp4_sp_distopt", "float32", None)  # no run_metadata.log: no tag
+    assert run.lrs == (0.0, 5e-6, 1e-5, 8.87e-6, 7.75e-6, 6.62e-6, 5.5e-6, 4.38e-6, 3.25e-6,
+                       2.13e-6)
+    assert run.lr_resolutions[0] == 0.0 and run.lr_resolutions[3] == pytest.approx(1e-8)
+
+
+def test_megatron_iterations_read_their_learning_rate():
+    (run,) = read_megatron(FIXTURES / "megatron" / "result_megatron_training_llama3.log").runs
+    assert run.lrs == (1e-5,) * 3  # `learning rate: 1.000000E-05`
+    assert run.lr_resolutions == (pytest.approx(1e-11),) * 3
+
+
+def test_megatron_step_line_log_of_tiny_mixtral():
+    log = LRS / "megatron" / "result_megatron_tiny_mixtral.log"
+    assert kind_of(log) == "megatron_steps"
+    reading = read_megatron_steps(log)
+    assert not reading.bad
+    assert [(r.kind, r.model, r.case, r.dtype) for r in reading.runs] == [
+        ("megatron", "tiny_mixtral", "1", "float32"),
+        ("megatron", "tiny_mixtral", "1_bfloat16", "bfloat16"),
+        ("megatron", "tiny_mixtral", "2", "float32"),
+        ("megatron", "tiny_mixtral", "2_bfloat16", "bfloat16")]
+    first = reading.runs[0]
+    # one loss a step: no running-mean correction, no note
+    assert first.losses[:2] == (11.946559, 11.686954) and first.note is None
+    assert first.lrs == (1e-4,) * 10
+
+
+def test_program_names_with_an_underscore_split_as_one_model():
+    assert split_id("tiny_mixtral_1_bfloat16") == ("tiny_mixtral", "1_bfloat16")
+    assert split_id("gpt2_3_none_zero2") == ("gpt2", "3_none_zero2")
+    assert split_id("mystery_7") == ("mystery", "7")  # not a program: the first word
+    assert split_id("gpt2") is None
+
+
+@pytest.mark.parametrize("lines, lrs", [
+    (GLOG.format(step=1, loss="5.3"), (1e-4,)),
+    ("step    1/10 | train loss 5.3 | (1 ms)\nstep    2/10 | train loss 5.2 | (1 ms)\n", ()),
+])
+def test_a_log_without_an_lr_has_no_lr_column(tmp_path, lines, lrs):
+    (tmp_path / "gpt2_1.log").write_text(lines)
+    (run,) = read_paths([tmp_path]).runs
+    assert run.lrs == lrs and len(run.lr_resolutions) == len(lrs)
+
+
+def test_a_step_line_without_its_lr_reads_nan_there(tmp_path):
+    (tmp_path / "gpt2_1.log").write_text(GLOG.format(step=1, loss="5.3")
+                                         + "step    2/10 | train loss 5.2 | (1 ms)\n")
+    (run,) = read_paths([tmp_path]).runs
+    assert run.lrs[0] == 1e-4 and math.isnan(run.lrs[1]) and run.lr_resolutions[1] is None
