@@ -46,7 +46,7 @@ def test_one_model_alone_gives_the_same_bytes(tiny, tmp_path):
 def test_files_are_valid_llmc_files_of_the_preset(tiny):
     out, manifest = tiny
     preset = PRESETS["tiny"]
-    for model in ("gpt2", "llama3"):
+    for model in ("gpt2", "llama3", "mixtral"):
         names = file_names("tiny", model)
         ckpt = read_checkpoint(out / names["checkpoint"])
         assert ckpt.model == model and ckpt.config == preset.config(model)
@@ -62,6 +62,14 @@ def test_files_are_valid_llmc_files_of_the_preset(tiny):
     assert abs(ln.mean() - 1) < 0.02 and np.all(ln != 1)
     assert np.all(gpt2.tensors["h.3.mlp.c_fc.bias"] != 0)
     assert gpt2.tensors["h.0.attn.c_proj.weight"].std() < gpt2.tensors["h.0.mlp.c_fc.weight"].std()
+    # tiny Mixtral: its experts' projections scaled like the other c_proj, its tokens LLaMA 3's
+    mixtral = read_checkpoint(out / "mixtral_tiny.bin")
+    assert mixtral.version == 2 and mixtral.config.num_experts == 4
+    expert = "h.5.mlp.experts.expert_3."
+    assert mixtral.tensors[expert + "c_proj.weight"].std() < \
+        mixtral.tensors[expert + "c_fc2.weight"].std()
+    assert (out / "tokens_mixtral_tiny_train.bin").read_bytes() == \
+        (out / "tokens_llama3_tiny_train.bin").read_bytes()
 
 
 def test_token_streams_are_english_text(tiny):
@@ -151,7 +159,7 @@ def test_cli_help_lists_presets(capsys):
     help_text = capsys.readouterr().out
     for name in PRESETS:
         assert name in help_text
-    assert "--model {gpt2,llama3,all}" in help_text
+    assert "--model {gpt2,llama3,mixtral,all}" in help_text
 
 
 def test_cli_writes_assets(tmp_path):

@@ -14,7 +14,8 @@ from .errors import failer_for
 from .expand import expand_cases
 from .args import substitute
 
-DEFAULT_MODELS = tuple(MODEL_SPECS)  # every registered model family
+# the registered model families a config that names none runs (ModelSpec.in_default_cases)
+DEFAULT_MODELS = tuple(s.name for s in MODEL_SPECS.values() if s.in_default_cases)
 
 
 def build_config(path: Path, data: dict, overrides: Overrides | None = None,

@@ -4,8 +4,8 @@ A spec is what the harness side (cases, assets, the llm.c readers, the compariso
 trainer both need to know about a family, as data:
 
 - its config dataclass (the llm.c header's hyper-parameters; defined here, torch-free);
-- its llm.c file formats: checkpoint magic, header fields and tensor order, token-file
-  magic / version / dtype;
+- its llm.c file formats: checkpoint magic, versions, header fields and tensor order (stacked
+  over layers, llm.c's, or layer by layer, tiny Mixtral's), token-file magic / version / dtype;
 - its tied parameters (GPT-2: ``wte.weight`` is also the head, ``lm_head.weight`` on a part
   without the embedding), and the name -> global layer rule the comparison's locator uses;
 - the sizes of its synthetic assets per preset.
@@ -17,6 +17,7 @@ that holds this spec (docs/design.md, "Adding a model family").
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
@@ -125,9 +126,80 @@ class LLaMA3Config:
         return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
 
 
+@dataclass(frozen=True)
+class MixtralConfig:
+    """tiny Mixtral (InfiniTrain feat/support_moe's ``tiny_mixtral``): LLaMA-style attention, a
+    top-k Mixture-of-Experts feed-forward. Fields in the checkpoint header's order; the defaults
+    are ``TinyMixtralConfig()`` (feat/support_moe@b7e0760:example/tiny_mixtral/config.h:11-41,
+    the lines below are that file's), the one shape the binary loads: its loader CHECK_EQs every
+    header field against them (checkpoint_loader.cc:74-97). The checks are
+    SanitizeTinyMixtralConfig's (config.h:43-74). The mathematics:
+    harness.contracts.mixtral_facts."""
+
+    block_size: int = 32768  # config.h:13
+    vocab_size: int = 128256  # config.h:14 (original_vocab_size the same: checkpoint_loader.cc:51)
+    n_layer: int = 32  # config.h:16
+    n_head: int = 4  # config.h:17
+    n_kv_head: int = 1  # config.h:18
+    n_embd: int = 512  # config.h:19
+    num_experts: int = 8  # config.h:33
+    # Read and compared (checkpoint_loader.cc:56, :85) but sizing nothing: an MoE expert's width
+    # is moe_ffn_hidden_size (mlp.cc:41-46).
+    ffn_expansion_ratio: float = 3.5  # config.h:27
+    norm_eps: float = 1e-5  # config.h:28
+    rope_theta: float = 1000000.0  # config.h:29
+    use_scaled_rope: bool = False  # config.h:30
+    router_topk: int = 2  # config.h:35
+    moe_ffn_hidden_size: int = 1792  # config.h:36
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "MixtralConfig",
+            block_size=self.block_size, vocab_size=self.vocab_size, n_layer=self.n_layer,
+            n_head=self.n_head, n_kv_head=self.n_kv_head, n_embd=self.n_embd,
+            num_experts=self.num_experts, router_topk=self.router_topk,
+            moe_ffn_hidden_size=self.moe_ffn_hidden_size,
+        )
+        if self.n_embd % self.n_head:  # config.h:53
+            raise ValueError(
+                f"MixtralConfig.n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.n_head % self.n_kv_head:  # config.h:50-51
+            raise ValueError(f"MixtralConfig.n_head={self.n_head} is not divisible by "
+                             f"n_kv_head={self.n_kv_head}")
+        if self.head_dim % 2:  # RoPE rotates (even, odd) pairs: causal_self_attention.cc:142-150
+            raise ValueError(f"MixtralConfig.n_embd / n_head = {self.head_dim} is odd; RoPE "
+                             f"needs an even head dimension")
+        if self.router_topk > self.num_experts:  # config.h:68
+            raise ValueError(f"MixtralConfig.router_topk={self.router_topk} exceeds "
+                             f"num_experts={self.num_experts}")
+        for name, value in (("ffn_expansion_ratio", self.ffn_expansion_ratio),
+                            ("norm_eps", self.norm_eps), ("rope_theta", self.rope_theta)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"MixtralConfig.{name} is {value!r}; expected a positive, "
+                                 f"finite number")
+        if self.use_scaled_rope is not False:
+            # config.h:61 refuses it, and PrecomputeFreqsCis ignores the flag (utils.cc:15-18)
+            raise ValueError(f"MixtralConfig.use_scaled_rope is {self.use_scaled_rope!r}; "
+                             f"tiny Mixtral keeps scaled RoPE disabled (expected False)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def ffn_dim(self) -> int:
+        """An expert's hidden width (what tensor parallelism splits): moe_ffn_hidden_size."""
+        return self.moe_ffn_hidden_size
+
+
 # ------------------------------------------------------------------------------- llm.c layouts
 
-Layout = list  # [(name, per-layer shape, stacked over layers?), ...] in file order
+# [(name, per-layer shape, per layer?), ...] in file order. A per-layer entry is one tensor per
+# layer, h.{i}.name: llm.c's families store each stacked over all layers (every layer's ln_1,
+# then every layer's c_attn, ...); a ``layer_major`` family stores layer 0's per-layer tensors,
+# then layer 1's, ... (its per-layer entries are one run in the list, between the first and
+# the last tensors).
+Layout = list
 
 
 def _gpt2_tensor_layout(config: GPT2Config) -> Layout:
@@ -164,12 +236,50 @@ def _llama3_tensor_layout(config: LLaMA3Config) -> Layout:
     return head + [(name, shape, True) for name, shape in per_layer] + tail
 
 
+def _mixtral_tensor_layout(config: MixtralConfig) -> Layout:
+    """LoadFromLLMC's read order (feat/support_moe@b7e0760:example/tiny_mixtral/
+    checkpoint_loader.cc:139-161), layer by layer; InfiniTrain's ``transformer.`` prefix dropped
+    as for the other families. c_attn's rows are q, k, v one after the other (:143-149)."""
+    C, F = config.n_embd, config.moe_ffn_hidden_size
+    qkv = C + 2 * config.n_kv_head * config.head_dim
+    per_layer = [
+        ("ln_1.weight", (C,)),
+        ("attn.c_attn.weight", (qkv, C)),
+        ("attn.c_proj.weight", (C, C)),
+        ("ln_2.weight", (C,)),
+        ("mlp.router.weight", (config.num_experts, C)),
+    ]
+    for e in range(config.num_experts):
+        per_layer += [
+            (f"mlp.experts.expert_{e}.c_fc2.weight", (F, C)),  # Mixtral's w1, the gate
+            (f"mlp.experts.expert_{e}.c_fc.weight", (F, C)),  # w3, up
+            (f"mlp.experts.expert_{e}.c_proj.weight", (C, F)),  # w2, down
+        ]
+    head = [("wte.weight", (config.vocab_size, C), False)]
+    tail = [("ln_f.weight", (C,), False), ("lm_head.weight", (config.vocab_size, C), False)]
+    return head + [(name, shape, True) for name, shape in per_layer] + tail
+
+
+def _mixtral_parameter_count(config: MixtralConfig) -> int:
+    """The float count of _mixtral_tensor_layout in closed form: a damaged header may claim
+    2**31 - 1 experts, and the count that refuses the file by its length must stay instant
+    (listing that many tensors would not)."""
+    C, F, E = config.n_embd, config.moe_ffn_hidden_size, config.num_experts
+    qkv = C + 2 * config.n_kv_head * config.head_dim
+    per_layer = C + qkv * C + C * C + C + E * C + E * 3 * F * C
+    return 2 * config.vocab_size * C + config.n_layer * per_layer + C
+
+
 # The llm.c checkpoint header after (magic, version): one int32 slot per config field, in order.
 # How a slot is stored and checked when read:
 #   "positive"  an int32 > 0;          "count"  an int32 >= 0;     "int"  an int32 as stored;
-#   "float32"   float32 bits (positive, finite, normal);            "bool" 0 or 1.
-HEADER_KINDS = ("positive", "float32", "bool", "count", "int")  # also the order of the checks
+#   "float32"   float32 bits (positive, finite, normal);            "bool" 0 or 1;
+#   "unused"    a slot the family's loader skips: written 0, not read (its name is a label,
+#               not a config field).
+HEADER_KINDS = ("positive", "float32", "bool", "count", "int", "unused")  # the order of the checks
 HeaderFields = tuple  # ((config field, kind), ...) from header slot 2 on
+
+_LLMC_VERSIONS = ((3, "float32"), (5, "bfloat16"))  # llm.c's: the same for GPT-2 and LLaMA 3
 
 
 # ------------------------------------------------------------------------------- the spec
@@ -189,6 +299,13 @@ class ModelSpec:
     token_dtype: str  # little-endian numpy dtype of one token
     token_max_id: int
     tied_parameters: tuple[tuple[str, str], ...] = ()  # (kept name, alias on another stage)
+    # (version, stored dtype) of the checkpoints the family's loader reads
+    checkpoint_versions: tuple[tuple[int, str], ...] = _LLMC_VERSIONS
+    # the per-layer tensors stored layer by layer rather than each stacked over layers (Layout)
+    layer_major: bool = False
+    # the checkpoint's float count in closed form, for a layout whose length grows with a header
+    # field other than n_layer (None: summed from tensor_layout)
+    parameter_count: Callable[[object], int] | None = None
     # the name -> place rule (compare.locate); layers are ``h.{i}.``
     layer_pattern: str = r"^h\.(\d+)\."
     embedding: tuple[str, ...] = ("wte.",)
@@ -197,6 +314,8 @@ class ModelSpec:
     # synthetic assets (harness.assets): the seed stream of its weights, its size per preset
     asset_stream: int = 0
     asset_configs: Mapping[str, object] = field(default_factory=dict)
+    # whether a harness config that names no models runs this family's cases (harness.cases)
+    in_default_cases: bool = True
 
     def tied_aliases(self) -> tuple[str, ...]:
         """Names that stand for another parameter (reported under that one's name)."""
@@ -276,9 +395,6 @@ def layer_of(name: str, model: str | None = None) -> int | str:
 
 # ------------------------------------------------------------------------------- the families
 
-_LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}  # llm.c: the same for every family
-
-
 def _llama3_sizes(n_layer, n_embd, n_head, n_kv_head, block_size, vocab_size, multiple_of):
     return LLaMA3Config(
         block_size=block_size, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head,
@@ -345,4 +461,62 @@ LLAMA3_SPEC = register_model(ModelSpec(
     },
 ))
 
-CHECKPOINT_VERSIONS = _LLMC_VERSIONS
+
+def _mixtral_sizes(n_layer, n_embd, n_head, n_kv_head, block_size, vocab_size, num_experts,
+                   moe_ffn_hidden_size, router_topk=2):
+    return MixtralConfig(
+        block_size=block_size, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head,
+        n_kv_head=n_kv_head, n_embd=n_embd, num_experts=num_experts,
+        moe_ffn_hidden_size=moe_ffn_hidden_size, router_topk=router_topk,
+    )  # ffn_expansion_ratio, norm_eps, rope_theta (1e6), use_scaled_rope: TinyMixtralConfig()'s
+
+
+MIXTRAL_SPEC = register_model(ModelSpec(
+    name="mixtral",
+    title="tiny Mixtral",
+    config=MixtralConfig,
+    # feat/support_moe@b7e0760:example/tiny_mixtral/checkpoint_loader.cc:22 (the lines below
+    # are that file's, unless named)
+    checkpoint_magic=20260513,
+    # ConfigFromLLMC's slots 2-16 (checkpoint_loader.cc:49-66); 10 and 11 are skipped (:57)
+    header_fields=(
+        ("block_size", "positive"), ("vocab_size", "positive"), ("n_layer", "positive"),
+        ("n_head", "positive"), ("n_kv_head", "positive"), ("n_embd", "positive"),
+        ("num_experts", "positive"), ("ffn_expansion_ratio", "float32"),
+        ("slot 10 (unused)", "unused"), ("slot 11 (unused)", "unused"),
+        ("norm_eps", "float32"), ("rope_theta", "float32"), ("use_scaled_rope", "bool"),
+        ("router_topk", "positive"), ("moe_ffn_hidden_size", "positive"),
+    ),
+    tensor_layout=_mixtral_tensor_layout,
+    # LLaMA 3's token files: the program reads them with the same dataset class
+    # (tiny_shakespeare_dataset.cc:27-30) and the config points it at LLaMA 3's file
+    token_magic=LLAMA3_SPEC.token_magic, token_version=LLAMA3_SPEC.token_version,
+    token_dtype=LLAMA3_SPEC.token_dtype, token_max_id=LLAMA3_SPEC.token_max_id,
+    # version 2, float32 only (checkpoint_loader.cc:23, :116-117)
+    checkpoint_versions=((2, "float32"),),
+    layer_major=True,
+    parameter_count=_mixtral_parameter_count,
+    # run where a config names it: the default cases (and their layouts) stay GPT-2's and
+    # LLaMA 3's, and InfiniTrain's tiny_mixtral is one device only
+    in_default_cases=False,
+    asset_stream=5,
+    asset_configs={
+        # 8 layers, as the other families' tiny presets, so the same pipeline layouts fit;
+        # GQA 4:2 so TP 2 divides the kv heads; 4 experts, top 2
+        "tiny": _mixtral_sizes(8, 32, 4, 2, 64, 256, num_experts=4, moe_ffn_hidden_size=64),
+        "small": _mixtral_sizes(12, 128, 8, 2, 256, 1024, num_experts=8,
+                                moe_ffn_hidden_size=448),  # 3.5 * 128, as config.h's ratio
+        "bench": _mixtral_sizes(8, 256, 8, 2, 256, 8192, num_experts=8,
+                                moe_ffn_hidden_size=896),
+        # InfiniTrain's tiny_mixtral loads config.h's shape only (the 857M-parameter model:
+        # checkpoint_loader.cc:74-97 compares every header field with it), which no preset
+        # generates; this one keeps every choice of config.h that is not a size: GQA 4:1,
+        # 8 experts top 2, the 128256-token vocabulary, expert width 3.5 * n_embd.
+        "infinitrain": _mixtral_sizes(8, 32, 4, 1, 64, 128256, num_experts=8,
+                                      moe_ffn_hidden_size=112),
+    },
+))
+
+# llm.c's (version, dtype) pairs, as a dict: GPT-2's and LLaMA 3's (a family's own:
+# ModelSpec.checkpoint_versions)
+CHECKPOINT_VERSIONS = dict(_LLMC_VERSIONS)

@@ -72,6 +72,12 @@ FACTS: tuple[Fact, ...] = (
          "FLAGS_learning_rate", "feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:102-103, "
          "140-143",
          "`--model mixtral --optimizer adamw --weight_decay 0 --adam_beta2 0.999`"),
+    Fact("Adam keeps one step count for all parameters, advanced every step; a parameter "
+         "without a gradient (an expert no token chose: ZeroGrad sets gradients to none) is "
+         "skipped", "feat/support_moe@b7e0760:infini_train/src/optimizer.cc:53-62; "
+         "infini_train/include/optimizer.h:22 (ZeroGrad(set_to_none = true))",
+         "`--optimizer adamw` bias-corrects every parameter at the run's step "
+         "(harness/trainer/main.py `_one_adam_step_count`; torch counts per parameter)"),
     Fact("tiny_mixtral's batch counts sequences: `global_batch_size / micro_batch_size` "
          "microbatches, each loss divided by their count; one device; the same token loader as "
          "gpt2's (consecutive sequences, no shuffle, wrapping at the end)",
@@ -245,7 +251,12 @@ def baseline_parameter_name(model: str, name: str) -> str:
 
 def fact_table() -> list[str]:
     """The facts as a markdown table (docs/infinitrain.md holds it; a test keeps them equal)."""
-    lines = ["| what InfiniTrain does | source (" + REVISION + ") | the PyTorch baseline |",
+    return facts_table(FACTS, REVISION)
+
+
+def facts_table(facts: tuple[Fact, ...], revision: str) -> list[str]:
+    """Facts of one revision as a markdown table (this module's; harness.contracts.mixtral_facts)."""
+    lines = ["| what InfiniTrain does | source (" + revision + ") | the PyTorch baseline |",
              "| --- | --- | --- |"]
-    lines += [f"| {f.subject} | {f.source} | {f.baseline} |" for f in FACTS]
+    lines += [f"| {f.subject} | {f.source} | {f.baseline} |" for f in facts]
     return lines

@@ -314,6 +314,8 @@ def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimiz
         loss = engine.forward_backward(torch.from_numpy(inputs), torch.from_numpy(targets))
         if step == 1 and flags.dump_gradients:
             _dump_gradients(flags.dump_gradients, engine, built.rank)
+        if flags.optimizer == "adamw":
+            _one_adam_step_count(optimizer, step)
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -327,6 +329,27 @@ def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimiz
                   flush=True)
             reported.append(record)
     return reported
+
+
+def _one_adam_step_count(optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Adam's bias correction at the run's step for every parameter, as InfiniTrain's Adam
+    counts it: one step count for all, advanced every step, a parameter without a gradient
+    skipped (feat/support_moe@b7e0760:infini_train/src/optimizer.cc:53-62; a MoE expert no
+    token chose). torch.optim counts per parameter, from its first gradient: each parameter
+    about to be updated is given the count before this step (torch adds one)."""
+    import torch
+
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            if parameter.grad is None:
+                continue
+            state = optimizer.state[parameter]
+            if not state:  # first update at a later step: zero moments, as InfiniTrain's
+                state["exp_avg"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(parameter,
+                                                       memory_format=torch.preserve_format)
+            dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+            state["step"] = torch.tensor(float(step - 1), dtype=dtype)
 
 
 def _step_record(flags: TrainerFlags, step: int, loss: float, lr: float, elapsed: float,

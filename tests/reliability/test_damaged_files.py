@@ -22,6 +22,7 @@ from harness.contracts.llmc import (
     write_checkpoint,
     write_tokens,
 )
+from harness.contracts.models import MixtralConfig
 from harness.trainer.models.configs import GPT2Config, LLaMA3Config
 
 # As small as the formats allow, so that every byte can be a truncation point.
@@ -32,7 +33,10 @@ CONFIGS = {
                            n_embd=4, ffn_dim_multiplier=1.0, multiple_of=4, norm_eps=1e-5,
                            rope_theta=10000.0, use_scaled_rope=False, max_gen_batch_size=1,
                            version_major=3, version_minor=2),
+    "mixtral": MixtralConfig(block_size=2, vocab_size=3, n_layer=2, n_head=2, n_kv_head=1,
+                             n_embd=4, num_experts=2, router_topk=1, moe_ffn_hidden_size=2),
 }
+NORM_EPS_SLOT = {"llama3": 10, "mixtral": 12}  # a float32 header slot
 
 
 def small_checkpoint(tmp_path, model):
@@ -97,8 +101,8 @@ def test_fuzzed_checkpoint_headers(tmp_path, model, changes, float_bits):
     try:
         for slot, value in changes:
             struct.pack_into("<i", data, 4 * slot, value)
-        if float_bits is not None and model == "llama3":
-            struct.pack_into("<I", data, 4 * 10, float_bits)  # norm_eps
+        if float_bits is not None and model in NORM_EPS_SLOT:
+            struct.pack_into("<I", data, 4 * NORM_EPS_SLOT[model], float_bits)
         path.write_bytes(bytes(data))
         for read in (read_checkpoint_header, read_checkpoint):
             try:

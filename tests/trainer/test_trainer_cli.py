@@ -82,6 +82,25 @@ def test_cli_trains_and_writes_records_step_lines_and_gradients(tiny_assets, tmp
     assert f"layer profile written: {tmp_path / 'timings.jsonl'}\n" in result.stdout
 
 
+def test_mixtral_trains_with_adam_on_its_checkpoint_and_llama3_tokens(tiny_assets, tmp_path, capsys):
+    # tiny_mixtral's optimizer (Adam, betas 0.9 / 0.999, no weight decay) on the tiny preset
+    argv = [*_flags(tiny_assets, "mixtral", tmp_path)[:-2], "--model", "mixtral",
+            "--optimizer", "adamw", "--adam_beta2", "0.999", "--weight_decay", "0"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert len([line for line in out.splitlines() if STEP_LINE.match(line)]) == 3, out
+    losses = [s["loss"] for s in read_steps(tmp_path)]
+    assert 4.0 < losses[0] < 7.0 and losses[2] < losses[0]
+    from harness.contracts.llmc import read_checkpoint_header
+
+    _, config = read_checkpoint_header(tiny_assets.checkpoint("mixtral"))
+    expected = {name for name, _ in build_model(config).named_parameters()}
+    dumped = {p["name"] for p in read_manifest(tmp_path / "grads")["parameters"]}
+    assert dumped == expected  # every expert got tokens in the first step's 64
+    assert np.abs(np.load(tmp_path / "grads" / "h.7.mlp.experts.expert_3.c_fc2.weight.npy")).max() > 0
+    assert np.abs(np.load(tmp_path / "grads" / "h.0.mlp.router.weight.npy")).max() > 0
+
+
 def test_profiled_run_feeds_the_suggestion_tool(tiny_assets, tmp_path):
     assert main(_flags(tiny_assets, "gpt2", tmp_path)) == 0
     ask = [sys.executable, "-m", "harness.layout.suggest", "--pipeline-parallel", "2",
@@ -149,7 +168,7 @@ def test_bfloat16_compute_tracks_float32_and_optimizers_lower_the_loss(tiny_asse
         assert fp32[-1] < fp32[0] - 0.1
 
 
-@pytest.mark.parametrize("model", ["gpt2", "llama3"])
+@pytest.mark.parametrize("model", ["gpt2", "llama3", "mixtral"])
 def test_float64_trains_in_float64_and_agrees_with_float32(tiny_assets, tmp_path, model):
     """--dtype float64, the calibration's oracle: parameters, activations, loss and the
     gradient dump in float64, within float32's rounding of the float32 run."""

@@ -1,9 +1,13 @@
-"""llm.c model checkpoints (GPT-2 and LLaMA 3): read, validate, write.
+"""llm.c model checkpoints (GPT-2, LLaMA 3, tiny Mixtral): read, validate, write.
 
 Layout, as llm.c's train_gpt2.py / train_llama3.py ``write_model`` and InfiniTrain's loaders use:
 a 1024-byte header (256 little-endian int32), then every parameter tensor in a fixed order,
 each *stacked over all layers* (all layers' ln_1.weight, then all layers' c_attn.weight, ...).
 Version 3 stores float32, version 5 bfloat16 (read here and widened to float32).
+
+tiny Mixtral (InfiniTrain feat/support_moe's own format, ``ModelSpec.layer_major``) stores its
+per-layer tensors *layer by layer* instead (layer 0's ln_1, c_attn, ..., its experts, then
+layer 1's ...), version 2, float32 only.
 
 GPT-2 header:  magic 20240326, version, block_size, vocab_size, n_layer, n_head, n_embd,
                padded_vocab_size.
@@ -13,9 +17,15 @@ LLaMA 3 header: magic 20240803, version, block_size, vocab_size, n_layer, n_head
                minor. This is InfiniTrain's reader layout (byte offsets 8..60). llm.c's own
                train_llama3.py stores the three float fields into an int32 tensor, truncating
                them (norm_eps becomes 0): such a file cannot be recovered and is refused.
+tiny Mixtral header: magic 20260513, version 2, block_size, vocab_size, n_layer, n_head,
+               n_kv_head, n_embd, num_experts, ffn_expansion_ratio (float32 bits), two unused
+               slots (written 0), norm_eps, rope_theta (float32 bits), use_scaled_rope,
+               router_topk, moe_ffn_hidden_size (feat/support_moe@b7e0760:
+               example/tiny_mixtral/checkpoint_loader.cc:49-66).
 
 The header's fields per family, and how each is checked, are the registry's
-(``ModelSpec.header_fields``, harness.contracts.models); the tensor order is ``ModelSpec.tensor_layout``.
+(``ModelSpec.header_fields``, harness.contracts.models); the tensor order is ``ModelSpec.tensor_layout``
+(with ``ModelSpec.layer_major``), the versions ``ModelSpec.checkpoint_versions``.
 
 In memory, tensors are unstacked and named per layer as docs/design.md fixes
 (``h.{i}.attn.c_attn.weight``), so one name means one tensor on any pipeline stage.
@@ -27,7 +37,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Union
+from typing import Iterator, Mapping, Union
 
 import numpy as np
 
@@ -39,6 +49,7 @@ from harness.contracts.models import (
     MODEL_SPECS,
     GPT2Config,
     LLaMA3Config,
+    MixtralConfig,
     UnknownModelError,
     spec_for_config,
 )
@@ -47,18 +58,19 @@ from ._binio import HEADER_BYTES, LlmcFormatError, atomic_write, check_positive,
 
 GPT2_MAGIC = GPT2_SPEC.checkpoint_magic
 LLAMA3_MAGIC = LLAMA3_SPEC.checkpoint_magic
-# llm.c: 3 = all tensors float32, 5 = all tensors bfloat16 (both models).
+# llm.c: 3 = all tensors float32, 5 = all tensors bfloat16 (GPT-2 and LLaMA 3; a family's own
+# versions are its ModelSpec.checkpoint_versions).
 VERSION_DTYPES = dict(CHECKPOINT_VERSIONS)
 DTYPE_VERSIONS = {dtype: version for version, dtype in VERSION_DTYPES.items()}
 _MODELS = {s.checkpoint_magic: s.name for s in MODEL_SPECS.values()}
 
-ModelConfig = Union[GPT2Config, LLaMA3Config]
+ModelConfig = Union[GPT2Config, LLaMA3Config, MixtralConfig]
 
 
 @dataclass(frozen=True)
 class CheckpointHeader:
     path: Path
-    model: str  # "gpt2" | "llama3"
+    model: str  # "gpt2" | "llama3" | "mixtral"
     config: ModelConfig
     version: int
     dtype: str  # how the file stores tensors: "float32" | "bfloat16"
@@ -78,32 +90,64 @@ class Checkpoint:
 
 # --------------------------------------------------------------------------- tensor layout
 
-def file_layout(config: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
-    """(name, per-layer shape, stacked over layers?) in file order: the model family's
-    ``ModelSpec.tensor_layout`` (harness.contracts.models)."""
+def _spec_of(config: ModelConfig):
     try:
-        spec = spec_for_config(config)
+        return spec_for_config(config)
     except UnknownModelError:
         expected = " or ".join(s.config.__name__ for s in MODEL_SPECS.values())
         raise TypeError(f"expected {expected}, got {type(config).__name__}") from None
-    return spec.tensor_layout(config)
+
+
+def file_layout(config: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(name, per-layer shape, per layer?) in file order: the model family's
+    ``ModelSpec.tensor_layout`` (harness.contracts.models)."""
+    return _spec_of(config).tensor_layout(config)
+
+
+def file_order(config: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """Every tensor's name (global layer index) and shape, in the order the file stores them:
+    each per-layer tensor stacked over the layers (llm.c), or, for a ``layer_major`` family,
+    layer 0's per-layer tensors, then layer 1's, ... For a stacked layout, tensor after tensor
+    is the same bytes as llm.c's stacked arrays."""
+    spec = _spec_of(config)
+    layout = spec.tensor_layout(config)
+    if not spec.layer_major:
+        for name, shape, per_layer in layout:
+            if per_layer:
+                for i in range(config.n_layer):
+                    yield f"h.{i}.{name}", shape
+            else:
+                yield name, shape
+        return
+    flags = [per_layer for _name, _shape, per_layer in layout]
+    first = flags.index(True)
+    end = first + flags[first:].index(False) if False in flags[first:] else len(flags)
+    if any(flags[end:]):
+        raise ValueError(f"{spec.name}: a layer-major layout needs its per-layer tensors in one "
+                         f"run; {layout[end + flags[end:].index(True)][0]} comes after "
+                         f"{layout[end][0]}")
+    for name, shape, _ in layout[:first]:
+        yield name, shape
+    block = [(name, shape) for name, shape, _ in layout[first:end]]
+    for i in range(config.n_layer):
+        for name, shape in block:
+            yield f"h.{i}.{name}", shape
+    for name, shape, _ in layout[end:]:
+        yield name, shape
 
 
 def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter's name (global layer index) and shape, in file order."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for name, shape, stacked in file_layout(config):
-        if stacked:
-            for i in range(config.n_layer):
-                shapes[f"h.{i}.{name}"] = shape
-        else:
-            shapes[name] = shape
-    return shapes
+    return dict(file_order(config))
 
 
 def _num_parameters(config: ModelConfig) -> int:
     # Counted from the per-layer shapes, not by listing every layer: a damaged header may claim
-    # 2**31 - 1 layers, and the count must still be instant (the file's length then refuses it).
+    # 2**31 - 1 layers (or experts: the family's closed form), and the count must still be
+    # instant (the file's length then refuses it).
+    spec = _spec_of(config)
+    if spec.parameter_count is not None:
+        return spec.parameter_count(config)
     return sum(math.prod(shape) * (config.n_layer if stacked else 1)
                for _, shape, stacked in file_layout(config))
 
@@ -135,7 +179,8 @@ def _check_float_field(path, name: str, bits: np.int32, value: float) -> None:
 
 def _decode_config(path, spec, h: np.ndarray) -> ModelConfig:
     """The config from the header slots the family's ``ModelSpec.header_fields`` name, checked
-    kind by kind (HEADER_KINDS order: every positive int, then the floats, ...)."""
+    kind by kind (HEADER_KINDS order: every positive int, then the floats, ...); "unused"
+    slots are not read, as the family's loader skips them."""
     slots = {name: (kind, h[2 + i]) for i, (name, kind) in enumerate(spec.header_fields)}
     values: dict = {}
     for want in HEADER_KINDS:
@@ -163,6 +208,10 @@ def _decode_config(path, spec, h: np.ndarray) -> ModelConfig:
         raise LlmcFormatError(path, f"inconsistent header: {e}") from None
 
 
+def _token_magics() -> list[str]:
+    return list(dict.fromkeys(str(s.token_magic) for s in MODEL_SPECS.values()))
+
+
 def read_checkpoint_header(path: str | os.PathLike) -> tuple[str, ModelConfig]:
     """(model kind, config) from the header alone (cheap), after the same validation as
     ``read_checkpoint``, the file's exact length included."""
@@ -180,14 +229,16 @@ def checkpoint_info(path: str | os.PathLike) -> CheckpointHeader:
         known = ", ".join(f"{m} ({k})" for m, k in _MODELS.items())
         raise LlmcFormatError(path, f"bad magic {magic}: not an llm.c checkpoint (known checkpoint "
                                     f"magics: {known}; token files use "
-                                    f"{' / '.join(str(s.token_magic) for s in MODEL_SPECS.values())})")
+                                    f"{' / '.join(_token_magics())})")
     model = _MODELS[magic]
-    if version not in VERSION_DTYPES:
-        known = ", ".join(f"{v} ({d})" for v, d in VERSION_DTYPES.items())
+    spec = MODEL_SPECS[model]
+    versions = dict(spec.checkpoint_versions)
+    if version not in versions:
+        known = ", ".join(f"{v} ({d})" for v, d in versions.items())
         raise LlmcFormatError(path, f"unsupported {model} checkpoint version {version} "
                                     f"(supported: {known})")
-    config = _decode_config(path, MODEL_SPECS[model], h)
-    dtype = VERSION_DTYPES[version]
+    config = _decode_config(path, spec, h)
+    dtype = versions[version]
     n = _num_parameters(config)
     itemsize = 4 if dtype == "float32" else 2
     check_size(path, size, HEADER_BYTES + n * itemsize,
@@ -220,19 +271,12 @@ def read_checkpoint(path: str | os.PathLike, *, mmap: bool = False) -> Checkpoin
         if raw.size != n:  # the file shrank after the header check
             raise LlmcFormatError(hdr.path, f"truncated: read {raw.size} of {n} parameters")
         data = raw if hdr.dtype == "float32" else _bf16_to_f32(raw)
-    L = hdr.config.n_layer
     tensors: dict[str, np.ndarray] = {}
     offset = 0
-    for name, shape, stacked in file_layout(hdr.config):
-        count = math.prod(shape) * (L if stacked else 1)
-        block = data[offset:offset + count]
+    for name, shape in file_order(hdr.config):
+        count = math.prod(shape)
+        tensors[name] = data[offset:offset + count].reshape(shape)
         offset += count
-        if stacked:
-            block = block.reshape((L,) + shape)
-            for i in range(L):
-                tensors[f"h.{i}.{name}"] = block[i]
-        else:
-            tensors[name] = block.reshape(shape)
     return Checkpoint(hdr.path, hdr.model, hdr.config, hdr.version, hdr.dtype, tensors)
 
 
@@ -241,6 +285,8 @@ def _encode_header(config: ModelConfig, version: int) -> bytes:
     h = np.zeros(256, dtype="<i4")
     h[0], h[1] = spec.checkpoint_magic, version
     for i, (name, kind) in enumerate(spec.header_fields):
+        if kind == "unused":  # stays 0
+            continue
         value = getattr(config, name)
         h[2 + i] = _f32_bits(value) if kind == "float32" else int(value)
     return h.tobytes()
@@ -249,10 +295,13 @@ def _encode_header(config: ModelConfig, version: int) -> bytes:
 def write_checkpoint(path: str | os.PathLike, config: ModelConfig,
                      tensors: Mapping[str, object], *, dtype: str = "float32") -> Path:
     """Write ``tensors`` (per-parameter names, arrays or CPU tensors) as an llm.c checkpoint;
-    the format (GPT-2 or LLaMA 3) follows the config's type. Names and shapes must match
-    ``parameter_shapes(config)`` exactly."""
-    if dtype not in DTYPE_VERSIONS:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_VERSIONS)}, got {dtype!r}")
+    the format (GPT-2, LLaMA 3 or tiny Mixtral) follows the config's type. Names and shapes must
+    match ``parameter_shapes(config)`` exactly."""
+    spec = _spec_of(config)
+    versions = {d: v for v, d in spec.checkpoint_versions}
+    if dtype not in versions:
+        raise ValueError(f"dtype must be one of {sorted(versions)} for {spec.name} "
+                         f"checkpoints, got {dtype!r}")
     shapes = parameter_shapes(config)
     missing = [k for k in shapes if k not in tensors]
     extra = [k for k in tensors if k not in shapes]
@@ -268,13 +317,9 @@ def write_checkpoint(path: str | os.PathLike, config: ModelConfig,
         arrays[name] = a
 
     def chunks():
-        yield _encode_header(config, DTYPE_VERSIONS[dtype])
-        for name, _, stacked in file_layout(config):
-            if stacked:
-                a = np.stack([arrays[f"h.{i}.{name}"] for i in range(config.n_layer)])
-            else:
-                a = arrays[name]
-            a = np.ascontiguousarray(a, dtype="<f4")
+        yield _encode_header(config, versions[dtype])
+        for name in shapes:  # file order
+            a = np.ascontiguousarray(arrays[name], dtype="<f4")
             yield (a if dtype == "float32" else _f32_to_bf16(a)).tobytes()
 
     atomic_write(path, chunks())

@@ -8,6 +8,9 @@ little-endian int32 (magic, version, num_tokens), then the tokens.
              them as int32, which is the same bytes while ids stay below 2**31, as
              write_tokens enforces)
 
+A family may train on another's token files (tiny Mixtral on LLaMA 3's): the same magic names
+one format, and a file of it reads as the first registered family's kind ("llama3").
+
 Arrays come back in the file's own dtype (uint16 / uint32); convert to int64 for embedding.
 """
 
@@ -38,13 +41,28 @@ FORMATS = {
     s.name: _TokenFormat(s.name, s.token_magic, s.token_version, s.token_dtype, s.token_max_id)
     for s in MODEL_SPECS.values()
 }
-_BY_MAGIC = {f.magic: f for f in FORMATS.values()}
+
+
+def _formats_by_magic() -> dict[int, _TokenFormat]:
+    """Each magic's format, named by the first family registered with it; families sharing a
+    magic must share the whole format (else a file could not say how to read it)."""
+    by_magic: dict[int, _TokenFormat] = {}
+    for fmt in FORMATS.values():
+        first = by_magic.setdefault(fmt.magic, fmt)
+        if (first.version, first.dtype, first.max_id) != (fmt.version, fmt.dtype, fmt.max_id):
+            raise ValueError(f"token magic {fmt.magic}: {fmt.kind}'s format (version "
+                             f"{fmt.version}, {fmt.dtype}) differs from {first.kind}'s (version "
+                             f"{first.version}, {first.dtype})")
+    return by_magic
+
+
+_BY_MAGIC = _formats_by_magic()
 
 
 @dataclass(frozen=True)
 class TokenHeader:
     path: Path
-    kind: str  # "gpt2" | "llama3"
+    kind: str  # "gpt2" | "llama3" (a format's first family: tiny Mixtral's files read as "llama3")
     version: int
     num_tokens: int
     dtype: np.dtype
@@ -57,7 +75,7 @@ def read_tokens_header(path: str | os.PathLike) -> TokenHeader:
     magic, version, n = int(h[0]), int(h[1]), int(h[2])
     fmt = _BY_MAGIC.get(magic)
     if fmt is None:
-        known = ", ".join(f"{f.magic} ({f.kind})" for f in FORMATS.values())
+        known = ", ".join(f"{f.magic} ({f.kind})" for f in _BY_MAGIC.values())
         raise LlmcFormatError(path, f"bad magic {magic}: not an llm.c token file (known token "
                                     f"file magics: {known}; checkpoints use "
                                     f"{' / '.join(str(s.checkpoint_magic) for s in MODEL_SPECS.values())})")
@@ -94,7 +112,8 @@ def read_tokens(path: str | os.PathLike, vocab_size: int | None = None) -> np.nd
 
 
 def write_tokens(path: str | os.PathLike, tokens, kind: str = "gpt2") -> Path:
-    """Write a 1-D sequence of token ids in llm.c's format for ``kind`` ("gpt2" | "llama3")."""
+    """Write a 1-D sequence of token ids in llm.c's format for ``kind`` (a registered family:
+    "gpt2", "llama3", or "mixtral", which writes LLaMA 3's format)."""
     if kind not in FORMATS:
         raise ValueError(f"kind must be one of {sorted(FORMATS)}, got {kind!r}")
     fmt = FORMATS[kind]

@@ -1,6 +1,7 @@
-"""The models: GPT-2 and LLaMA 3 as plain PyTorch modules, and their llm.c-named weights.
+"""The models: GPT-2, LLaMA 3 and tiny Mixtral as plain PyTorch modules, and their llm.c-named
+weights.
 
-One folder per family, torchtitan style (gpt2/, llama3/): ``model.py`` (the module, no
+One folder per family, torchtitan style (gpt2/, llama3/, mixtral/): ``model.py`` (the module, no
 torch.distributed) and ``parallelize.py`` (its TP / SP plan, as code) beside it, put together as
 one ``TrainSpec`` (train_spec.py) and listed in registry.py.
 
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 # The configs import no torch, so reading a checkpoint header (harness.contracts.llmc) and
 # generating synthetic assets stay quick; the torch modules load on first use.
-from harness.trainer.models.configs import GPT2Config, LLaMA3Config
+from harness.trainer.models.configs import GPT2Config, LLaMA3Config, MixtralConfig
 
 __all__ = [
     "GPT2",
     "GPT2Config",
     "LLaMA3",
     "LLaMA3Config",
+    "Mixtral",
+    "MixtralConfig",
     "ModelPart",
     "build_model",
     "load_weights",
@@ -34,6 +37,8 @@ def __getattr__(name: str):
         from harness.trainer.models.gpt2 import model as module
     elif name == "LLaMA3":
         from harness.trainer.models.llama3 import model as module
+    elif name == "Mixtral":
+        from harness.trainer.models.mixtral import model as module
     elif name == "ModelPart":
         from harness.trainer.models import common as module
     else:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from harness.contracts.models import GPT2Config, LLaMA3Config
+from harness.contracts.models import GPT2Config, LLaMA3Config, MixtralConfig
 
-__all__ = ["CONFIG_FIELDS", "GPT2Config", "LLaMA3Config", "ModelConfig", "missing_config_fields"]
+__all__ = ["CONFIG_FIELDS", "GPT2Config", "LLaMA3Config", "MixtralConfig", "ModelConfig",
+           "missing_config_fields"]
 
 
 class ModelConfig(Protocol):
@@ -28,7 +29,7 @@ class ModelConfig(Protocol):
     n_kv_head: int  # key/value heads (GPT-2: n_head); TP needs whole ones per shard
     n_embd: int
     head_dim: int  # n_embd // n_head
-    ffn_dim: int  # the MLP's hidden width (GPT-2: 4 * n_embd), split by TP
+    ffn_dim: int  # the MLP's hidden width (GPT-2: 4 * n_embd; Mixtral: an expert's), split by TP
 
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(ModelConfig.__annotations__)

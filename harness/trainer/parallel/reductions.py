@@ -9,7 +9,9 @@ parallelism is not in use. ParallelEngine runs the list in order:
 2. ``tied_parameters``: a tied pair split over pipeline stages (GPT-2's first-stage wte.weight
    and last-stage lm_head.weight) has its gradients summed over the two ranks holding them, or
    locally when one rank holds both (V-shaped layouts), so both take the same optimizer step;
-3. ``data_parallel``: the mean over the dp group (data_parallel.py).
+3. ``data_parallel``: the mean over the dp group (data_parallel.py), a parameter with a
+   gradient on some dp ranks only (an MoE expert no token of a rank chose) given a zero one
+   on the others first.
 
 A new parallelism that needs its own post-backward step adds one factory here.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
 import torch.distributed as dist
 
 from harness.trainer.parallel.data_parallel import all_reduce_mean
@@ -76,8 +79,17 @@ def _data_parallel(engine):
         return None
 
     def run() -> None:
-        grads = [p.grad for m in engine.parts for p in m.parameters() if p.grad is not None]
-        all_reduce_mean(grads, w.group("dp"), w.dp)
+        params = [p for m in engine.parts for p in m.parameters()]
+        # A parameter can have a gradient on some dp ranks only (an MoE expert that no token of
+        # this rank's share chose is not run): the ranks agree on which parameters have one and
+        # reduce a zero for a missing one, so all reduce the same tensors in the same order.
+        have = torch.tensor([p.grad is not None for p in params], dtype=torch.int32,
+                            device=w.device)
+        dist.all_reduce(have, group=w.group("dp"))
+        for p, count in zip(params, have.tolist()):
+            if count and p.grad is None:
+                p.grad = torch.zeros_like(p)
+        all_reduce_mean([p.grad for p in params if p.grad is not None], w.group("dp"), w.dp)
 
     return run
 

@@ -1,8 +1,9 @@
-"""llm.c checkpoints: exact round trips, the byte layout llm.c / InfiniTrain read, and every
-kind of bad file refused with the path and the reason."""
+"""llm.c checkpoints: exact round trips, the byte layout llm.c / InfiniTrain read (tiny
+Mixtral's layer by layer), and every kind of bad file refused with the path and the reason."""
 
 import math
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -16,14 +17,18 @@ from harness.contracts.llmc import (
     write_checkpoint,
     write_tokens,
 )
-from harness.contracts.models import GPT2Config, LLaMA3Config
+from harness.contracts.models import GPT2Config, LLaMA3Config, MixtralConfig
 
 # Odd sizes so that a transposed or misplaced tensor cannot keep its shape by accident.
 GPT2 = GPT2Config(block_size=5, vocab_size=11, n_layer=3, n_head=2, n_embd=8, padded_vocab_size=16)
 LLAMA3 = LLaMA3Config(block_size=7, vocab_size=13, n_layer=3, n_head=4, n_kv_head=2, n_embd=16,
                       ffn_dim_multiplier=1.3, multiple_of=8, norm_eps=1e-6, rope_theta=500000.0,
                       use_scaled_rope=True, max_gen_batch_size=4, version_major=3, version_minor=2)
-CONFIGS = {"gpt2": GPT2, "llama3": LLAMA3}
+MIXTRAL = MixtralConfig(block_size=7, vocab_size=13, n_layer=3, n_head=4, n_kv_head=2, n_embd=16,
+                        num_experts=3, ffn_expansion_ratio=2.5, norm_eps=1e-6, rope_theta=1e6,
+                        use_scaled_rope=False, router_topk=2, moe_ffn_hidden_size=10)
+CONFIGS = {"gpt2": GPT2, "llama3": LLAMA3, "mixtral": MIXTRAL}
+VERSIONS = {"gpt2": 3, "llama3": 3, "mixtral": 2}  # what write_checkpoint writes for float32
 
 
 def random_tensors(config, seed=0):
@@ -31,7 +36,7 @@ def random_tensors(config, seed=0):
     return {k: rng.standard_normal(s).astype(np.float32) for k, s in parameter_shapes(config).items()}
 
 
-@pytest.fixture(params=["gpt2", "llama3"])
+@pytest.fixture(params=["gpt2", "llama3", "mixtral"])
 def written(request, tmp_path):
     """(model kind, config, tensors, path of a float32 checkpoint holding them)."""
     config = CONFIGS[request.param]
@@ -44,7 +49,8 @@ def written(request, tmp_path):
 def test_round_trip_is_exact(written, mmap):
     model, config, tensors, path = written
     ckpt = read_checkpoint(path, mmap=mmap)
-    assert (ckpt.model, ckpt.config, ckpt.version, ckpt.dtype) == (model, config, 3, "float32")
+    assert (ckpt.model, ckpt.config, ckpt.version, ckpt.dtype) == \
+        (model, config, VERSIONS[model], "float32")
     assert list(ckpt.tensors) == list(tensors)
     for name, value in tensors.items():
         assert ckpt.tensors[name].dtype == np.float32
@@ -79,13 +85,29 @@ STACK_ORDER = {
 }
 
 
+# tiny Mixtral's, layer by layer: feat/support_moe@b7e0760:example/tiny_mixtral/
+# checkpoint_loader.cc:139-161 (experts' c_fc2, c_fc, c_proj: lines 155-157)
+def mixtral_order(config):
+    names = ["wte.weight"]
+    for i in range(config.n_layer):
+        names += [f"h.{i}.{n}" for n in ("ln_1.weight", "attn.c_attn.weight", "attn.c_proj.weight",
+                                         "ln_2.weight", "mlp.router.weight")]
+        for e in range(config.num_experts):
+            names += [f"h.{i}.mlp.experts.expert_{e}.{n}.weight" for n in ("c_fc2", "c_fc", "c_proj")]
+    return names + ["ln_f.weight", "lm_head.weight"]
+
+
 def test_bytes_are_in_llmc_order(written):
     model, config, tensors, path = written
-    first, stacked, last = STACK_ORDER[model]
-    parts = [tensors[n] for n in first]
-    for name in stacked:
-        parts += [tensors[f"h.{i}.{name}"] for i in range(config.n_layer)]
-    parts += [tensors[n] for n in last]
+    if model == "mixtral":
+        parts = [tensors[n] for n in mixtral_order(config)]
+        assert list(parameter_shapes(config)) == mixtral_order(config)
+    else:
+        first, stacked, last = STACK_ORDER[model]
+        parts = [tensors[n] for n in first]
+        for name in stacked:
+            parts += [tensors[f"h.{i}.{name}"] for i in range(config.n_layer)]
+        parts += [tensors[n] for n in last]
     body = b"".join(np.ascontiguousarray(p, dtype="<f4").tobytes() for p in parts)
     assert path.read_bytes()[1024:] == body
 
@@ -106,6 +128,53 @@ def test_llama3_header_is_infinitrains_layout(tmp_path):
     assert f32(44) == 500000.0
     assert struct.unpack_from("<i", raw, 36)[0] == 8
     assert struct.unpack_from("<4i", raw, 48) == (1, 4, 3, 2)
+
+
+def test_mixtral_header_is_tiny_mixtrals_layout(tmp_path):
+    # feat/support_moe@b7e0760:example/tiny_mixtral/checkpoint_loader.cc:45-66: int32 slots 0-8
+    # and 14-16, float32 slots 9, 12, 13; slots 10 and 11 unused (written 0)
+    path = write_checkpoint(tmp_path / "m.bin", MIXTRAL, random_tensors(MIXTRAL))
+    raw = path.read_bytes()[:1024]
+    assert struct.unpack_from("<9i", raw, 0) == (20260513, 2, 7, 13, 3, 4, 2, 16, 3)
+    f32 = lambda slot: struct.unpack_from("<f", raw, 4 * slot)[0]  # noqa: E731
+    assert f32(9) == 2.5 and f32(12) == pytest.approx(1e-6) and f32(13) == 1e6
+    assert struct.unpack_from("<2i", raw, 40) == (0, 0)
+    assert struct.unpack_from("<3i", raw, 56) == (0, 2, 10)
+    assert not any(struct.unpack_from("<239i", raw, 68))
+
+
+def test_mixtral_unused_slots_are_not_read(tmp_path):
+    # the loader skips slots 10 and 11 (checkpoint_loader.cc:57): whatever they hold, it loads
+    path = write_checkpoint(tmp_path / "m.bin", MIXTRAL, random_tensors(MIXTRAL))
+    rewrite_header(path, i10=-7, i11=123456)
+    assert read_checkpoint_header(path) == ("mixtral", MIXTRAL)
+
+
+def test_mixtral_is_float32_only(tmp_path):
+    with pytest.raises(ValueError, match="dtype must be one of \\['float32'\\] for mixtral "
+                                         "checkpoints, got 'bfloat16'"):
+        write_checkpoint(tmp_path / "m.bin", MIXTRAL, random_tensors(MIXTRAL), dtype="bfloat16")
+    path = write_checkpoint(tmp_path / "m.bin", MIXTRAL, random_tensors(MIXTRAL))
+    rewrite_header(path, i1=5)  # llm.c's bfloat16 version is not tiny Mixtral's
+    refused(path, "unsupported mixtral checkpoint version 5 (supported: 2 (float32))")
+
+
+def test_mixtral_header_that_disagrees_with_the_size_is_one_line(tmp_path):
+    path = write_checkpoint(tmp_path / "m.bin", MIXTRAL, random_tensors(MIXTRAL))
+    size = path.stat().st_size
+    per_expert = 3 * 10 * 16  # c_fc2, c_fc, c_proj of width 10 over n_embd 16
+    rewrite_header(path, i8=4)  # one expert more per layer than the data holds
+    implied = size + 4 * 3 * (per_expert + 16)  # 3 layers, each with an expert and a router row
+    message = refused(path)
+    assert message == (f"{path}: file is {size} bytes but its header implies {implied} bytes "
+                       f"(1024-byte header + {(implied - 1024) // 4} float32 parameters of 4 "
+                       f"bytes); truncated: {implied - size} bytes missing")
+    assert "\n" not in message
+    # a damaged header claiming 2**31 - 1 experts is refused by the same arithmetic, at once
+    rewrite_header(path, i8=2**31 - 1, i15=2)
+    started = time.perf_counter()
+    message = refused(path, f"file is {size} bytes but its header implies", "bytes missing")
+    assert time.perf_counter() - started < 1.0
 
 
 @pytest.mark.parametrize("model", ["gpt2", "llama3"])
@@ -163,7 +232,8 @@ def refused(path, *fragments):
 def test_wrong_magic_names_the_known_ones(written):
     _, _, _, path = written
     rewrite_header(path, i0=12345)
-    refused(path, "bad magic 12345", "20240326 (gpt2)", "20240803 (llama3)")
+    refused(path, "bad magic 12345", "20240326 (gpt2)", "20240803 (llama3)",
+            "20260513 (mixtral)", "token files use 20240520 / 20240801)")
 
 
 def test_token_file_given_as_checkpoint(tmp_path):
@@ -171,11 +241,17 @@ def test_token_file_given_as_checkpoint(tmp_path):
     refused(path, "bad magic 20240520", "token files use")
 
 
+SUPPORTED = {"gpt2": ("3 (float32)", "5 (bfloat16)"), "llama3": ("3 (float32)", "5 (bfloat16)"),
+             "mixtral": ("2 (float32)",)}
+
+
 @pytest.mark.parametrize("version", [1, 2, 4, 6, -3])
 def test_unsupported_version(written, version):
     model, _, _, path = written
+    if version == VERSIONS[model]:
+        version = 3  # llm.c's float32 version: not tiny Mixtral's
     rewrite_header(path, i1=version)
-    refused(path, f"unsupported {model} checkpoint version {version}", "3 (float32)", "5 (bfloat16)")
+    refused(path, f"unsupported {model} checkpoint version {version}", *SUPPORTED[model])
 
 
 def test_extra_bytes_after_the_data(written):
@@ -209,7 +285,11 @@ INT_FIELDS = [("gpt2", f, 2 + i) for i, f in enumerate(
     ["block_size", "vocab_size", "n_layer", "n_head", "n_embd", "padded_vocab_size"])] + [
     ("llama3", f, slot) for f, slot in [("block_size", 2), ("vocab_size", 3), ("n_layer", 4),
                                         ("n_head", 5), ("n_kv_head", 6), ("n_embd", 7),
-                                        ("multiple_of", 9)]]
+                                        ("multiple_of", 9)]] + [
+    ("mixtral", f, slot) for f, slot in [("block_size", 2), ("vocab_size", 3), ("n_layer", 4),
+                                         ("n_head", 5), ("n_kv_head", 6), ("n_embd", 7),
+                                         ("num_experts", 8), ("router_topk", 15),
+                                         ("moe_ffn_hidden_size", 16)]]
 
 
 @pytest.mark.parametrize("value", [0, -4])
@@ -228,6 +308,25 @@ def test_llama3_bad_float_fields(tmp_path, field, slot, value):
     path = write_checkpoint(tmp_path / "l.bin", LLAMA3, random_tensors(LLAMA3))
     rewrite_header(path, **{f"f{slot}": value})
     refused(path, f"header field {field} is", "positive, finite, normal float32")
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, math.nan, math.inf])
+@pytest.mark.parametrize("field, slot", [("ffn_expansion_ratio", 9), ("norm_eps", 12),
+                                         ("rope_theta", 13)])
+def test_mixtral_bad_float_fields(tmp_path, field, slot, value):
+    path = write_checkpoint(tmp_path / "m.bin", MIXTRAL, random_tensors(MIXTRAL))
+    rewrite_header(path, **{f"f{slot}": value})
+    refused(path, f"header field {field} is", "positive, finite, normal float32")
+
+
+def test_mixtral_inconsistent_fields(tmp_path):
+    path = write_checkpoint(tmp_path / "m.bin", MIXTRAL, random_tensors(MIXTRAL))
+    rewrite_header(path, i15=4)  # top 4 of 3 experts
+    refused(path, "inconsistent header", "router_topk=4 exceeds num_experts=3")
+    rewrite_header(path, i15=2, i14=1)  # config.h:61: scaled RoPE stays off
+    refused(path, "inconsistent header", "use_scaled_rope is True")
+    rewrite_header(path, i14=2)
+    refused(path, "use_scaled_rope is 2")
 
 
 def test_llama3_header_from_llmc_train_llama3_py_is_explained(tmp_path):

@@ -126,3 +126,23 @@ def test_writer_refuses_bad_input(tmp_path, kind, tokens, reason):
     with pytest.raises(ValueError, match=reason):
         write_tokens(tmp_path / "t.bin", np.array(tokens), kind=kind)
     assert not (tmp_path / "t.bin").exists()
+
+
+def test_mixtral_trains_on_llama3_token_files(tmp_path):
+    # tiny_mixtral reads LLaMA 3's files (feat/support_moe@b7e0760:example/common/
+    # tiny_shakespeare_dataset.cc:27-30): writing for mixtral is writing LLaMA 3's format
+    tokens = np.arange(300) * 401
+    mixtral = write_tokens(tmp_path / "m.bin", tokens, kind="mixtral")
+    llama3 = write_tokens(tmp_path / "l.bin", tokens, kind="llama3")
+    assert mixtral.read_bytes() == llama3.read_bytes()
+    assert read_tokens_header(mixtral).kind == "llama3"
+
+
+def test_two_families_sharing_a_magic_must_share_the_format(monkeypatch):
+    from harness.contracts.llmc import tokens as module
+
+    clash = module._TokenFormat("clash", 20240801, 7, "<u2", 2**16 - 1)
+    monkeypatch.setitem(module.FORMATS, "clash", clash)
+    with pytest.raises(ValueError, match="token magic 20240801: clash's format \\(version 7, "
+                                         "<u2\\) differs from llama3's \\(version 7, <u4\\)"):
+        module._formats_by_magic()

@@ -22,6 +22,7 @@ from harness.trainer.models import (
     GPT2Config,
     LLaMA3,
     LLaMA3Config,
+    MixtralConfig,
     build_model,
     load_weights,
     source_name,
@@ -33,7 +34,11 @@ GPT2_CONFIG = GPT2Config(
 LLAMA_CONFIG = LLaMA3Config(
     block_size=32, vocab_size=50, n_layer=3, n_head=4, n_kv_head=2, n_embd=32, multiple_of=16
 )
-CONFIGS = {"gpt2": GPT2_CONFIG, "llama3": LLAMA_CONFIG}
+MIXTRAL_CONFIG = MixtralConfig(
+    block_size=32, vocab_size=50, n_layer=3, n_head=4, n_kv_head=2, n_embd=32, num_experts=4,
+    router_topk=2, moe_ffn_hidden_size=24,
+)
+CONFIGS = {"gpt2": GPT2_CONFIG, "llama3": LLAMA_CONFIG, "mixtral": MIXTRAL_CONFIG}
 
 # (layers, embedding, final_norm, lm_head) per part: first, empty, middle, last
 SPLIT = [
@@ -64,7 +69,7 @@ def make_parts(kind: str, tensors):
     return parts
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama3"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama3", "mixtral"])
 def test_parts_compose_to_the_whole_model(kind):
     whole, tensors = whole_and_tensors(kind)
     parts = make_parts(kind, tensors)
@@ -101,7 +106,7 @@ def test_parts_compose_to_the_whole_model(kind):
         torch.testing.assert_close(summed[n], p.grad, atol=1e-6, rtol=1e-5, msg=n)
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama3"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama3", "mixtral"])
 def test_empty_part_is_identity(kind):
     part = build_model(CONFIGS[kind], [], embedding=False, final_norm=False, lm_head=False)
     assert part.is_empty and list(part.parameters()) == [] and part.state_dict() == {}
@@ -112,7 +117,7 @@ def test_empty_part_is_identity(kind):
     assert torch.equal(h.grad, torch.ones_like(h))
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama3"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama3", "mixtral"])
 def test_layers_keep_global_indices_and_order(kind):
     part = build_model(CONFIGS[kind], [2, 1], embedding=False, final_norm=False, lm_head=False)
     assert list(part.h.keys()) == ["2", "1"]
@@ -244,9 +249,9 @@ def test_models_never_import_torch_distributed():
     # model file does not import that plan, nor harness.trainer.parallel.
     folder = Path(models_pkg.__file__).parent
     files = sorted(f for f in folder.rglob("*.py") if f.name != "parallelize.py")
-    assert {"gpt2/model.py", "llama3/model.py", "__init__.py"} <= \
+    assert {"gpt2/model.py", "llama3/model.py", "mixtral/model.py", "__init__.py"} <= \
         {str(f.relative_to(folder)) for f in files}
-    assert {f.parent.name for f in folder.rglob("parallelize.py")} == {"gpt2", "llama3"}
+    assert {f.parent.name for f in folder.rglob("parallelize.py")} == {"gpt2", "llama3", "mixtral"}
     for f in files:
         tree = ast.parse(f.read_text(), filename=str(f))
         for node in ast.walk(tree):

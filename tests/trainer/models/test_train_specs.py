@@ -7,7 +7,13 @@ import dataclasses
 
 import pytest
 
-from harness.contracts.models import GPT2_SPEC, LLAMA3_SPEC, MODEL_SPECS, UnknownModelError
+from harness.contracts.models import (
+    GPT2_SPEC,
+    LLAMA3_SPEC,
+    MIXTRAL_SPEC,
+    MODEL_SPECS,
+    UnknownModelError,
+)
 from harness.trainer.models.common import is_fused_qkv, is_sequence_norm
 from harness.trainer.models.configs import CONFIG_FIELDS, missing_config_fields
 from harness.trainer.models.registry import TRAIN_SPECS, train_spec_for_config
@@ -20,6 +26,7 @@ def test_every_family_of_the_contract_has_a_train_spec_holding_it():
         assert spec.name == name and spec.contract is MODEL_SPECS[name]
     assert train_spec_for_config(GPT2_SPEC.asset_configs["tiny"]) is TRAIN_SPECS["gpt2"]
     assert train_spec_for_config(LLAMA3_SPEC.asset_configs["tiny"]) is TRAIN_SPECS["llama3"]
+    assert train_spec_for_config(MIXTRAL_SPEC.asset_configs["tiny"]) is TRAIN_SPECS["mixtral"]
     with pytest.raises(UnknownModelError, match="no registered model has config type object"):
         train_spec_for_config(object())
 
@@ -54,12 +61,13 @@ def test_a_family_whose_config_leaves_out_a_field_is_refused_at_its_definition()
 
 
 def test_build_model_builds_each_family_module():
-    from harness.trainer.models import GPT2, LLaMA3, build_model
+    from harness.trainer.models import GPT2, LLaMA3, Mixtral, build_model
 
     assert isinstance(build_model(GPT2_SPEC.asset_configs["tiny"], layers=[0]), GPT2)
     assert isinstance(build_model(LLAMA3_SPEC.asset_configs["tiny"], layers=[0]), LLaMA3)
+    assert isinstance(build_model(MIXTRAL_SPEC.asset_configs["tiny"], layers=[0]), Mixtral)
     with pytest.raises(TypeError, match="unsupported config type object; expected GPT2Config "
-                                        "or LLaMA3Config"):
+                                        "or LLaMA3Config or MixtralConfig"):
         build_model(object())
 
 
@@ -105,3 +113,38 @@ def test_the_block_plan_is_megatrons_and_sequence_parallel_adds_its_entries():
     assert gather.input_layouts == (Shard(1), None)  # x split, the RoPE table not
     assert gather.desired_input_layouts == (Replicate(), None)
     assert sp["h.3.mlp"].input_layouts == (Shard(1),)
+
+
+def test_the_mixtral_plan_shards_each_expert_and_keeps_the_router_replicated(monkeypatch):
+    import torch.distributed.tensor.parallel as tp_styles
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from harness.trainer.models import build_model
+    from harness.trainer.models.mixtral.parallelize import parallelize_mixtral
+
+    applied = {}
+    monkeypatch.setattr(tp_styles, "parallelize_module",
+                        lambda module, mesh, plan: applied.update(plan))
+
+    class Mesh:  # a TP group of two, as far as the plan asks
+        def size(self):
+            return 2
+
+        def get_group(self):
+            return None  # the routing hook's broadcast group (not run here)
+
+    part = build_model(MIXTRAL_SPEC.asset_configs["tiny"], layers=[5], embedding=False)
+    parallelize_mixtral(part, Mesh(), sequence_parallel=False)
+    modules = dict(part.named_modules())
+    assert set(applied) <= set(modules)  # every entry names a module of the part
+    expected = {"h.5.attn.c_attn": ColwiseParallel, "h.5.attn.c_proj": RowwiseParallel}
+    for e in range(4):
+        expected.update({f"h.5.mlp.experts.expert_{e}.c_fc": ColwiseParallel,
+                         f"h.5.mlp.experts.expert_{e}.c_fc2": ColwiseParallel,
+                         f"h.5.mlp.experts.expert_{e}.c_proj": RowwiseParallel})
+    assert {k: type(v) for k, v in applied.items()} == expected  # no router, norms or head
+    # an expert runs on a (tokens, C) subset: its output is all-reduced, never sequence-split
+    assert applied["h.5.mlp.experts.expert_0.c_proj"].output_layouts == (Replicate(),)
+    # and every TP rank routes with the same logits (a hook on the replicated router)
+    assert len(part.h["5"].mlp.router._forward_hooks) == 1

@@ -29,7 +29,7 @@ from harness.layout import resolve_layout
 from harness.trainer.engine import SingleDeviceEngine
 from harness.trainer.flags import TrainerFlags
 from harness.trainer.models import build_model
-from harness.trainer.models.configs import GPT2Config, LLaMA3Config
+from harness.trainer.models.configs import GPT2Config, LLaMA3Config, MixtralConfig
 from harness.trainer.parallel.build import build_parallel_engine
 from harness.trainer.parallel.validate import plan_parallel
 from harness.trainer.parallel.world import init_distributed
@@ -43,6 +43,8 @@ CONFIGS = {
     "llama3": LLaMA3Config(block_size=32, vocab_size=64, n_layer=4, n_head=4, n_kv_head=2,
                            n_embd=32, ffn_dim_multiplier=1.0, multiple_of=32, norm_eps=1e-5,
                            rope_theta=10000.0, use_scaled_rope=True),
+    "mixtral": MixtralConfig(block_size=32, vocab_size=64, n_layer=4, n_head=4, n_kv_head=2,
+                             n_embd=32, num_experts=4, router_topk=2, moe_ffn_hidden_size=32),
 }
 
 # name, model, world size, flag overrides. batch 2 x seq 16; total_batch_size sets microbatches.
@@ -79,13 +81,30 @@ CASES = [
                                     pipeline_model_parallel_layout="Et*2|t||tNL")),
     ("tp2_sp_pp2", "llama3", 4, dict(pipeline_parallel=2, tensor_parallel=2, sequence_parallel=True,
                                       pipeline_chunk_layout="0:1,1:2,1:0,0:1")),
+    # tiny Mixtral: each parallelism once, and a zero-bubble schedule (split backward)
+    ("pp2_partition", "mixtral", 2, dict(pipeline_parallel=2, pipeline_layer_partition="1,3")),
+    ("pp2_interleaved_zb", "mixtral", 2,
+     dict(pipeline_parallel=2, virtual_pipeline_parallel=2, pipeline_schedule="InterleavedZeroBubble")),
+    ("dp2", "mixtral", 2, dict()),
+    ("dp2_idle_experts", "mixtral", 2, dict()),  # CONFIG_CHANGES: 32 experts
+    ("tp2", "mixtral", 2, dict(tensor_parallel=2)),
+    ("tp2_sp", "mixtral", 2, dict(tensor_parallel=2, sequence_parallel=True)),
+    ("dp2_pp2", "mixtral", 4, dict(pipeline_parallel=2, pipeline_schedule="GPipe")),
+    ("tp2_pp2", "mixtral", 4, dict(pipeline_parallel=2, tensor_parallel=2)),
+    ("tp2_sp_pp2", "mixtral", 4, dict(pipeline_parallel=2, tensor_parallel=2, sequence_parallel=True,
+                                       pipeline_model_parallel_layout="Et*2|t||tNL")),
 ]
+
+# A case's own model shape. 32 experts, top 2, over a dp rank's 64 tokens a step: some expert is
+# chosen on one dp rank and not on the other (measured: the dp all-reduce then got different
+# tensors on the two ranks and the world crashed, before reductions.py agreed on them first).
+CONFIG_CHANGES = {"dp2_idle_experts": dict(num_experts=32, moe_ffn_hidden_size=8)}
 
 BASE = dict(batch_size=2, sequence_length=16, total_batch_size=2 * 16 * 4, learning_rate=LR)
 
 
-def make_checkpoint(model: str):
-    config = CONFIGS[model]
+def make_checkpoint(model: str, case: str = ""):
+    config = replace(CONFIGS[model], **CONFIG_CHANGES.get(case, {}))
     whole = build_model(config)
     whole.init_weights(seed=1234)
     with torch.no_grad():  # GPT-2's 0.02 init gives near-uniform logits: make the test bite
@@ -122,7 +141,7 @@ _REFERENCE: dict = {}
 
 
 def reference(model: str, flags: TrainerFlags, checkpoint, steps):
-    key = (model, flags.step_tokens)
+    key = (model, flags.step_tokens, checkpoint.config)
     if key not in _REFERENCE:
         from harness.trainer.models import load_weights
 
@@ -135,7 +154,7 @@ def reference(model: str, flags: TrainerFlags, checkpoint, steps):
 
 def run_case(name, model, overrides, world):
     flags = replace(TrainerFlags(**BASE), model=model, **overrides)
-    checkpoint = make_checkpoint(model)
+    checkpoint = make_checkpoint(model, name)
     steps = make_steps(checkpoint.config, flags)
     ref_losses, ref_grads = reference(model, flags, checkpoint, steps)
     layout = resolve_layout(
