@@ -103,8 +103,8 @@ _NONNEG = {"minimum": 0}
 
 FLAGS: tuple[Flag, ...] = (
     # The model and its files: the harness sets them for every run.
-    _f("model", str, None, "gpt2 or llama3 (default: what the checkpoint holds; must agree "
-       "with it)", "input", owner="harness"),
+    _f("model", str, None, "a model family: gpt2, llama3 or mixtral (default: what the "
+       "checkpoint holds; must agree with it)", "input", owner="harness"),
     _f("llmc_filepath", str, None, "llm.c checkpoint to start from", "input", owner="harness",
        source="master@b24d92f:example/gpt2/main.cc:52, example/llama3/main.cc:51"),
     _f("input_bin", str, None, "llm.c token file to train on", "input", owner="harness",

@@ -105,7 +105,7 @@ def _typed(flag):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m harness.trainer",
-        description="Reference GPT-2 / LLaMA 3 trainer on llm.c files "
+        description="Reference GPT-2 / LLaMA 3 / Mixtral (MoE) trainer on llm.c-style files "
         "(launch with torchrun for pipeline, tensor and data parallelism).",
         allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
