@@ -37,7 +37,8 @@ def model_vars(tmp_path_factory):
 def run_branch(tmp_path: Path, flavour: str, config: Path, model_vars: list[str], *select: str,
                env: dict | None = None, more: tuple = (),
                models: tuple | None = None) -> tuple[str, list[dict]]:
-    build = make_build_dir(tmp_path / "build", flavour=flavour,
+    # tiny_mixtral compiled with its checkpoint's own config: mixtral_model_vars' small file
+    build = make_build_dir(tmp_path / "build", flavour=flavour, mixtral_config="file",
                            **({"models": models} if models else {}))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     out = tmp_path / "out"
@@ -119,17 +120,21 @@ def test_feat_lr_scheduler_runs_its_schedules(tmp_path, model_vars):
     assert len(records) == 20, output[-3000:]
     distopt = [r for r in records if r["flags"].get("use_distributed_optimizer")]
     assert len(distopt) == 8 and all(r["status"] == "skipped" for r in distopt)
-    assert Counter(r["status"] for r in records) == {"passed": 12, "skipped": 8}, \
-        _failures(records)
+    ran = [r for r in records if r["status"] != "skipped"]
+    assert len(ran) == 12 and all(r["self_check"] == "passed" for r in ran), _failures(records)
     # the reference keeps the schedule: its printed lr follows it step by step
     linear = next(r for r in records if r["name"] == "lr_scheduler/gpt2/3_bfloat16_linear")
     assert "--lr_decay_style=linear" in linear["reference"]["command"]
-    # the baseline has no lr schedule yet: skipped, naming the flags it lacks
-    for record in records:
-        if record["status"] == "passed" and "lr_decay_style" in record["flags"] \
-                and record["flags"]["lr_decay_style"] != "none":
-            assert record["baseline"]["status"] == "skipped"
-            assert "--lr_decay_style" in record["baseline"]["reason"]
+    # the baseline runs the same schedule: every step's printed lr within print resolution,
+    # warmup from 0.00e+00 included (the stand-in's gpt2 is a toy model, so its losses are
+    # not GPT-2's and the baseline's loss verdict is red; tests/infinitrain/
+    # test_baseline_plants.py plants a schedule bug against a control)
+    for record in ran:
+        lr = record["baseline"]["lr"]
+        assert lr is not None and lr["ok"], (record["name"], record["baseline"])
+        assert len(lr["steps"]) == 10
+        assert record["baseline"]["run"]["flags"].get("lr_decay_style") == \
+            record["flags"].get("lr_decay_style", "constant")
     assert "builds (build_1, build_2): recorded, not run" in output
     # the branch's binaries save ./checkpoints/checkpoint_final after every run: the scratch
     # working folder goes, so no reference in the cache keeps one
@@ -146,8 +151,9 @@ def test_feat_support_moe_runs_tiny_mixtral_on_the_moe_tag(tmp_path, model_vars)
     two = next(r for r in records if r["case_id"] == "2")
     assert two["command"][0].endswith("/tiny_mixtral")
     assert "--global_batch_size=80" in two["command"] and len(two["losses"]) == 10
-    assert all(r["baseline"]["status"] == "skipped" and "tiny_mixtral" in r["baseline"]["reason"]
-               for r in records)
+    # the stand-in computes the real tiny Mixtral: the bundled trainer's mixtral family matches it
+    assert all(r["baseline"]["status"] == "passed" and r["baseline"]["run"]["model"] == "mixtral"
+               for r in records), [r["baseline"] for r in records]
     assert "  moe / tiny_mixtral: 4 passed" in output
     # the nightly's second session, into the same output folder: the same verdicts, from the
     # warm reference cache

@@ -1,5 +1,6 @@
-"""An InfiniTrain stand-in: numpy programs that look, from outside, like InfiniTrain's ``gpt2`` /
-``llama3`` trainers and ``tools/infini_run`` (see /work/shared/INFINITRAIN.md), for CPU tests.
+"""An InfiniTrain stand-in: Python programs that look, from outside, like InfiniTrain's ``gpt2`` /
+``llama3`` trainers (numpy), feat/support_moe's ``tiny_mixtral`` (torch) and ``tools/infini_run``
+(see /work/shared/INFINITRAIN.md), for CPU tests.
 
 Executables: ``build.make_build_dir(path)`` -> ``path/gpt2``, ``path/llama3``, ``path/infini_run``
 (also ``path/tools/infini_run/infini_run``). Or ``python -m tests.infinitrain_standin.trainer
@@ -24,7 +25,9 @@ flags, lr_schedule.py's schedule printed on the step line and used by SGD, save 
 ./checkpoints and a checkpoint_final written by every run, no --save/--save_interval check),
 ``qwen3`` (feat/add_Qwen3-8B a3f84f8: no save/load/zero_stage flags, use_distributed_optimizer),
 ``support_moe`` (feat/support_moe b7e0760: master's gpt2/llama3 flags plus the ``tiny_mixtral``
-program, tiny_mixtral.py), ``context_parallel`` (feat/context_parallel d03ba16: --context_parallel,
+program, tiny_mixtral.py: the real tiny Mixtral read from its checkpoint and trained in torch,
+mixtral_math.py; ``make_build_dir(..., mixtral_config="file")`` plays a build compiled with the
+checkpoint's own config so small files load), ``context_parallel`` (feat/context_parallel d03ba16: --context_parallel,
 --cp_comm_type; TP-CP-DP-PP rank order, global.cc:126's divisibility CHECK, sequences split over
 CP ranks and averaged over DP x CP, ``CP=`` on the step line) and ``activation_checkpointing``
 (feat/activation_checkpointing e594d9c: the four recompute flags and their checks; numbers
@@ -34,9 +37,10 @@ Loaders: master's checks in master's order and words (gpt2: n_kv_head stays 12, 
 12, config.h:36; llama3: original_vocab_size stays 128256, config.h:31; TP divisibility in the
 TransformerModel constructor). Use the harness's ``infinitrain`` asset preset.
 
-Differences from the real binaries worth knowing: the stand-in always computes on CPU (a toy
-per-token model: see model.py; the forward / backward run once per distinct input token and the
-lm head in row blocks of at most 64 MiB of logits); with --dump_gradients the dump is taken when
+Differences from the real binaries worth knowing: the stand-in always computes on CPU (gpt2 and
+llama3 a toy per-token model, see model.py: the forward / backward run once per distinct input
+token and the lm head in row blocks of at most 64 MiB of logits; tiny_mixtral the real tiny
+Mixtral, see tiny_mixtral.py for its own differences); with --dump_gradients the dump is taken when
 the loop's step index is 0, after the optimizer step (a run resumed with --load dumps nothing, as
 #209); for a parameter several ranks hold, exactly one holder's copy is written (replicated ones
 whole, sharded ones that rank's TP shard), chosen by ``STANDIN_SHARD_WRITER``; checkpoints hold
@@ -63,6 +67,22 @@ Environment variables:
   Off by default: bf16 works on the stand-in.
 - ``STANDIN_NORM_EPS=e``: the final norm's epsilon (default 1e-5): a kernel-level plant that
   every configuration shares (tests/baseline: the baseline check sees it, the self-check not).
+- ``STANDIN_PLANT_RECOMPUTE=scale``: with --activation_recompute (activation_checkpointing
+  flavour), every update is scaled by (1 + scale), one device too.
+- ``STANDIN_PLANT_LR=warmup_short|cosine_floor`` (lr_scheduler flavour, every run, one device
+  too; lr_schedule.py): ``warmup_short`` hands the warmup over to the main schedule one step
+  early (W - 1 warmup steps: step W already prints and trains at max_lr), ``cosine_floor``
+  decays the cosine to 2 x min_lr instead of min_lr (the last steps stay above it). The printed
+  lr and SGD's both follow the planted schedule: the self-check cannot see it, the baseline's lr
+  comparison can (tests/infinitrain/test_baseline_plants.py).
+- ``STANDIN_PLANT_ROUTER=other_order`` (tiny_mixtral): the MoE router takes the softmax over every
+  expert and then the top k (moe_utils.cc's router_pre_softmax branch) instead of the source's
+  top k of the logits then the softmax; every run shares it, the baseline's losses see it.
+- ``STANDIN_MIXTRAL_CONFIG=file`` (tiny_mixtral): the compiled-in config (config.h's
+  TinyMixtralConfig, which the loader CHECKs the header against) is taken to be the checkpoint's
+  own header: the emulation of a build compiled with a small config.h (what
+  ``make_build_dir(..., mixtral_config="file")`` bakes into the folder's script). Unset: config.h's
+  values, so only the 3.4 GB file's header passes.
 - ``STANDIN_NO_STEP_LINES=1``: train, print no step line.
 - ``STANDIN_SLEEP=seconds``: sleep before training.
 """

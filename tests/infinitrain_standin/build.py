@@ -11,6 +11,8 @@ PYTHONPATH set to this repository's root:
                                            built from tools/infini_run/ in a real build tree)
 
 ``models`` picks which trainers the folder holds (a folder with only ``llama3``, say).
+``mixtral_config="file"`` makes the folder's ``tiny_mixtral`` a build compiled with its
+checkpoint's own config (STANDIN_MIXTRAL_CONFIG=file, tiny_mixtral.py), so small files load.
 
 The build's flavour and device support are baked into each trainer script as its fixed
 ``@build:<flavour>:<cuda|cpu>`` argument, so every binary of a folder behaves the same way:
@@ -53,7 +55,7 @@ CUDA_LINKS = "# links: libcudart.so libnccl.so libcublas.so\n"
 CPU_LINKS = "# links: (CPU build: no CUDA libraries)\n"
 
 
-def _script(module: str, *fixed: str, links: str = "") -> str:
+def _script(module: str, *fixed: str, links: str = "", env: str = "") -> str:
     args = " ".join(shlex.quote(a) for a in fixed)
     return ("#!/bin/sh\n"
             + links
@@ -61,7 +63,8 @@ def _script(module: str, *fixed: str, links: str = "") -> str:
             "export PYTHONPATH\n"
             ": \"${OPENBLAS_NUM_THREADS:=1}\" \"${OMP_NUM_THREADS:=1}\" \"${MKL_NUM_THREADS:=1}\"\n"
             "export OPENBLAS_NUM_THREADS OMP_NUM_THREADS MKL_NUM_THREADS\n"
-            f"exec {shlex.quote(sys.executable)} -m {module} {args} \"$@\"\n")
+            + env
+            + f"exec {shlex.quote(sys.executable)} -m {module} {args} \"$@\"\n")
 
 
 FLAVOURS = ("master", "pr209", "lr_scheduler", "qwen3", "support_moe", "context_parallel",
@@ -77,12 +80,16 @@ def default_models(flavour: str) -> tuple[str, ...]:
 
 
 def make_build_dir(path: Path, flavour: str = "pr209", cuda: bool = True,
-                   models: tuple[str, ...] | list[str] | None = None) -> Path:
+                   models: tuple[str, ...] | list[str] | None = None, mixtral_config: str = "") -> Path:
     """Create (or refresh) the stand-in build folder at ``path`` and return it. Trainer scripts of
     models not named are removed, so a refreshed folder holds exactly ``models`` (default: the
-    flavour's ``default_models``)."""
+    flavour's ``default_models``). ``mixtral_config="file"``: the folder's ``tiny_mixtral`` plays a
+    build compiled with the checkpoint's own config (its script sets STANDIN_MIXTRAL_CONFIG=file
+    unless the environment sets it; see tiny_mixtral.py); ``""``: config.h's."""
     if flavour not in FLAVOURS:
         raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, not {flavour!r}")
+    if mixtral_config not in ("", "file"):
+        raise ValueError(f"mixtral_config must be '' (config.h) or 'file', not {mixtral_config!r}")
     if models is None:
         models = default_models(flavour)
     bad = [m for m in models if m not in ALL_MODELS]
@@ -97,7 +104,10 @@ def make_build_dir(path: Path, flavour: str = "pr209", cuda: bool = True,
     for m in ALL_MODELS:
         if m not in models and (path / m).exists():
             (path / m).unlink()
-    files = {path / m: (_script("tests.infinitrain_standin.tiny_mixtral", tag, links=links) if m == "tiny_mixtral"
+    mixtral_env = (f": \"${{STANDIN_MIXTRAL_CONFIG={mixtral_config}}}\"\nexport STANDIN_MIXTRAL_CONFIG\n"
+                   if mixtral_config else "")
+    files = {path / m: (_script("tests.infinitrain_standin.tiny_mixtral", tag, links=links, env=mixtral_env)
+                        if m == "tiny_mixtral"
                         else _script("tests.infinitrain_standin.trainer", m, tag, links=links)) for m in models}
     files[path / "infini_run"] = _script("tests.infinitrain_standin.infini_run")
     files[path / "tools" / "infini_run" / "infini_run"] = _script("tests.infinitrain_standin.infini_run")

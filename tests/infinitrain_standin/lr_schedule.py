@@ -8,6 +8,18 @@ own state machine (LambdaLR closed form, LinearLR's chained multiplicative form,
 warmup -> main hand-over with ``Step(0)`` at the milestone), so the float rounding is the
 branch's (std::cos / std::sqrt of float are matched to the last ulp only up to libm). ``check``
 returns the first CHECK of CreateLRScheduler that fails (or None).
+
+Planted schedule bugs (``plant=``, from ``STANDIN_PLANT_LR`` in trainer.py), each a bug every
+configuration shares (the self-check cannot see it; the baseline check's lr comparison can):
+
+- ``warmup_short``: SequentialLR hands over to the main schedule one step early (milestone
+  W - 1 instead of the ``{warmup_iters}`` of lr_scheduler.cc:81-83), the ramp still ``k / W``: the lr
+  of step W (1-based) is already max_lr instead of ``init + (max - init)(W - 1)/W``, and every
+  later step is the main schedule one step ahead. W = 1 leaves no warmup at all (step 1 at
+  max_lr); W = 0 plants nothing.
+- ``cosine_floor``: the cosine decays to 2 x min_lr instead of min_lr (lr_scheduler.cc:41-56's
+  ``min_lr`` doubled in the formula and after the decay): the last steps stay above min_lr.
+  Only the cosine style, and only with min_lr > 0.
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ import numpy as np
 f32 = np.float32
 STYLES = ("none", "constant", "linear", "cosine", "inverse-square-root")  # gpt2/main.cc:119-120
 SRC = "lr_scheduler.cc"
+PLANTS = ("warmup_short", "cosine_floor")
 
 
 def decay_iters(flag_decay_iters: int, num_iteration: int) -> int:
@@ -115,20 +128,23 @@ class _Linear(_Lambda):
             self.opt.lr = self.closed()
 
 
-def _main(opt, style, mx, mn, warmup_iters, decay):
-    """The main scheduler of CreateLRScheduler (lr_scheduler.cc:35-68)."""
+def _main(opt, style, mx, mn, warmup_iters, decay, cosine_floor=False):
+    """The main scheduler of CreateLRScheduler (lr_scheduler.cc:35-68); ``cosine_floor`` plants
+    a cosine that decays to 2 x min_lr."""
     d_after = decay - warmup_iters  # lr_scheduler.cc:34
     if style == "constant":  # :36-37
         return _Lambda(opt, lambda step: 1.0)
     if style == "linear":  # :38-40
         return _Linear(opt, 1.0, f32(mn / mx), d_after)
     if style == "cosine":  # :41-56
+        floor = f32(f32(2) * mn) if cosine_floor else mn
+
         def cosine(step):
             if step > d_after:
-                return f32(mn / mx)
+                return f32(floor / mx)
             ratio = f32(f32(step) / f32(d_after))
             coeff = f32(f32(0.5) * f32(np.cos(f32(f32(math.pi) * ratio)) + f32(1)))
-            return f32(f32(mn + f32(coeff * f32(mx - mn))) / mx)
+            return f32(f32(floor + f32(coeff * f32(mx - floor))) / mx)
         return _Lambda(opt, cosine)
 
     def inv_sqrt(step):  # :57-68
@@ -142,16 +158,22 @@ def _main(opt, style, mx, mn, warmup_iters, decay):
 
 
 def schedule(style: str, lr: float, min_lr: float, warmup_iters: int, warmup_init: float, decay: int,
-             n: int) -> list[np.float32]:
+             n: int, plant: str | None = None) -> list[np.float32]:
     """The lr in force at steps 0..n-1 (what the step line prints and SGD uses). ``decay`` is the
-    effective lr_decay_iters (see ``decay_iters``); ``check`` must have passed."""
+    effective lr_decay_iters (see ``decay_iters``); ``check`` must have passed. ``plant``: one
+    of PLANTS (the module docstring), or None for the branch's schedule."""
+    if plant is not None and plant not in PLANTS:
+        raise ValueError(f"lr plant {plant!r}: expected one of {', '.join(PLANTS)}")
     opt = _Opt(lr)
     if style == "none":  # no scheduler: static_cast<float>(FLAGS_learning_rate), gpt2/main.cc:428
         return [f32(lr)] * n
     mx, mn, wi = f32(lr), f32(min_lr), f32(warmup_init)  # config.lr != 0 -> max_lr, lr_scheduler.cc:21
-    main = _main(opt, style, mx, mn, warmup_iters, decay)
+    main = _main(opt, style, mx, mn, warmup_iters, decay, cosine_floor=plant == "cosine_floor")
+    # the warmup's hand-over step (SequentialLR's milestone, lr_scheduler.cc:81-83); warmup_short
+    # hands over one step early
+    milestone = max(warmup_iters - 1, 0) if plant == "warmup_short" else warmup_iters
     out = []
-    if warmup_iters == 0:  # lr_scheduler.cc:71-73
+    if milestone == 0:  # lr_scheduler.cc:71-73
         for _ in range(n):
             out.append(opt.lr)
             main.step()
@@ -168,9 +190,9 @@ def schedule(style: str, lr: float, min_lr: float, warmup_iters: int, warmup_ini
     for _ in range(n):
         out.append(opt.lr)
         seq_last += 1  # SequentialLR::Step, lr_scheduler.cc:275-286 (milestones = [warmup_iters])
-        if seq_last < warmup_iters:
+        if seq_last < milestone:
             warm.step()
-        elif seq_last == warmup_iters:
+        elif seq_last == milestone:
             main.step(0)
         else:
             main.step()

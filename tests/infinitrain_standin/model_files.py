@@ -36,16 +36,19 @@ def micro_model_vars(root: Path) -> list[str]:
 
 
 def mixtral_model_vars(root: Path) -> list[str]:
-    """Write a stand-in tiny Mixtral checkpoint into `root` (tiny_mixtral.write_checkpoint: the real
-    256-int32 header, magic 20260513 / version 2, and a short seed payload instead of the weights);
-    the `--harness-var` options of feat/support_moe's MIXTRAL_LLMC_FILEPATH / MIXTRAL_INPUT_BIN
+    """Write a small tiny Mixtral checkpoint into `root` (tiny_mixtral.write_checkpoint: the real
+    256-int32 header, magic 20260513 / version 2, and seeded weights of tiny_mixtral.SMALL_CONFIG
+    in the loader's order), which loads on a stand-in build compiled with the file's own config
+    (`make_build_dir(..., mixtral_config="file")` or STANDIN_MIXTRAL_CONFIG=file); the
+    `--harness-var` options of feat/support_moe's MIXTRAL_LLMC_FILEPATH / MIXTRAL_INPUT_BIN
     (feat/support_moe:scripts/test_config.json:14-15). The token file is the preset's LLaMA 3 one
-    (the real config trains tiny Mixtral on LLaMA 3 token ids)."""
+    (the real config trains tiny Mixtral on LLaMA 3 token ids; the preset's are bytes, inside the
+    small config's 256-token vocabulary)."""
     from harness.assets import ensure_assets
-    from tests.infinitrain_standin.tiny_mixtral import write_checkpoint
+    from tests.infinitrain_standin.tiny_mixtral import SMALL_CONFIG, write_checkpoint
 
     assets = ensure_assets("infinitrain")
     path = Path(root) / "tiny_mixtral_standin.bin"
-    write_checkpoint(path)
+    write_checkpoint(path, weights=True, **SMALL_CONFIG)
     return [f"--harness-var=MIXTRAL_LLMC_FILEPATH={path}",
             f"--harness-var=MIXTRAL_INPUT_BIN={assets.tokens('llama3', 'train')}"]

@@ -52,7 +52,8 @@ STEP_RE = re.compile(r"^E\d{8} .*main\.cc:\d+\] step +(\d+)/\d+ \| train loss (\
 def builds(tmp_path_factory):
     root = tmp_path_factory.mktemp("branches")
     return {f: make_build_dir(root / f, flavour=f) for f in EXPECTED} | {
-        "support_moe_cpu": make_build_dir(root / "moe_cpu", flavour="support_moe", cuda=False)}
+        "support_moe_cpu": make_build_dir(root / "moe_cpu", flavour="support_moe", cuda=False),
+        "support_moe_file": make_build_dir(root / "moe_file", flavour="support_moe", mixtral_config="file")}
 
 
 @pytest.fixture(scope="module")
@@ -99,63 +100,190 @@ def test_helpxml_flag_sets(builds, tmp_path):
     assert p.returncode == 1 and "unknown command line flag 'save'" in p.stderr
 
 
+def _mixtral_losses(p) -> list[float]:
+    return [float(m.group(3)) for m in map(MIXTRAL_STEP_RE.match, p.stdout.splitlines()) if m]
+
+
 @pytest.mark.subprocess
 def test_tiny_mixtral(builds, assets, tmp_path):
-    ck = tiny_mixtral.write_checkpoint(tmp_path / "mixtral.bin")
-    exe = builds["support_moe"] / "tiny_mixtral"
-    args = ["--llmc_filepath", ck, "--input_bin", str(assets.tokens("llama3", "train"))]
-    p = run(exe, *args, "--global_batch_size=80", "--micro_batch_size=80", cwd=tmp_path)
+    """The real tiny Mixtral of a small checkpoint, on a build compiled with the file's config."""
+    ck = tiny_mixtral.write_checkpoint(tmp_path / "mixtral.bin", weights=True, **tiny_mixtral.SMALL_CONFIG)
+    exe = builds["support_moe_file"] / "tiny_mixtral"
+    args = ["--llmc_filepath", ck, "--input_bin", str(assets.tokens("llama3", "train")), "--sequence_length=32"]
+    p = run(exe, *args, "--global_batch_size=8", "--micro_batch_size=8", "--learning_rate=1e-3", cwd=tmp_path)
     assert p.returncode == 0 and p.stderr == "", p.stderr
     lines = p.stdout.splitlines()
     assert len(lines) == 11 and all(MIXTRAL_STEP_RE.match(l) for l in lines[:10]), lines
     assert re.fullmatch(r"final 9 iters avg: \d+\.\d{3}ms", lines[10])
-    loss = [float(MIXTRAL_STEP_RE.match(l).group(3)) for l in lines[:10]]
-    assert 11 < loss[0] < 12.5 and loss[-1] < loss[0]
-    again = run(exe, *args, "--global_batch_size=80", "--micro_batch_size=80", cwd=tmp_path)
-    assert [l.split("(")[0] for l in again.stdout.splitlines()[:10]] == [l.split("(")[0] for l in lines[:10]]
-    # accumulation: 80 = 20 x 4 gives the same first-step loss within float noise
-    ga = run(exe, *args, "--global_batch_size=80", "--micro_batch_size=20", "--num_iteration=1", cwd=tmp_path)
-    assert abs(float(MIXTRAL_STEP_RE.match(ga.stdout.splitlines()[0]).group(3)) - loss[0]) < 1e-4
+    loss = _mixtral_losses(p)
+    assert abs(loss[0] - np.log(256)) < 0.1 and loss[-1] < loss[0] - 0.1  # 256 tokens, and it learns
+    # --log_interval prints every 4th and the last: the same numbers (a run is deterministic)
+    p = run(exe, *args, "--global_batch_size=8", "--micro_batch_size=8", "--learning_rate=1e-3", "--log_interval=4",
+            cwd=tmp_path)
+    assert [l.split("|")[0].strip() for l in p.stdout.splitlines()[:-1]] == ["step    4/10", "step    8/10",
+                                                                               "step   10/10"]
+    assert _mixtral_losses(p) == [loss[3], loss[7], loss[9]]
+    # accumulation: 8 = 2 x 4 gives the same first-step loss within float noise (on a CUDA build,
+    # --device=cuda trains too)
+    ga = run(exe, *args, "--global_batch_size=8", "--micro_batch_size=2", "--num_iteration=1", "--device=cuda",
+             cwd=tmp_path)
+    assert len(ga.stdout.splitlines()) == 2 and abs(_mixtral_losses(ga)[0] - loss[0]) < 2e-6
+    # the planted router (softmax over every expert, then top k): other losses
+    planted = run(exe, *args, "--global_batch_size=8", "--micro_batch_size=8", "--learning_rate=1e-3",
+                  "--num_iteration=3", env={"STANDIN_PLANT_ROUTER": "other_order"}, cwd=tmp_path)
+    assert planted.returncode == 0 and max(abs(a - b) for a, b in zip(_mixtral_losses(planted), loss)) > 1e-4
+    bad = run(exe, *args, env={"STANDIN_PLANT_ROUTER": "pre"}, cwd=tmp_path)
+    assert bad.returncode == 2 and "STANDIN_PLANT_ROUTER must be one of other_order (got 'pre')" in bad.stderr
     # its checks
     p = run(exe, *args, "--global_batch_size=10", "--micro_batch_size=4", cwd=tmp_path)
     assert p.returncode == -6 and re.search(r"^F\d{8} .*main\.cc:49\] Check failed: FLAGS_global_batch_size % "
                                             r"FLAGS_micro_batch_size == 0 \(2 vs\. 0\) global_batch_size must be "
                                             r"divisible by micro_batch_size", p.stderr, re.M)
+    p = run(exe, *args, "--sequence_length=65", cwd=tmp_path)  # the emulated build's block_size is the file's
+    assert p.returncode == -6 and "main.cc:52] Check failed: FLAGS_sequence_length <= config.block_size (65 vs. 64)" \
+        in p.stderr
     p = run(exe, *args, "--nthread_per_process=2", cwd=tmp_path)
     assert p.returncode == 1 and p.stderr == "ERROR: unknown command line flag 'nthread_per_process'\n"
-    p = run(exe, "--input_bin", args[3], "--llmc_filepath", tiny_mixtral.write_checkpoint(tmp_path / "bad.bin",
-                                                                                           magic=20240803),
+    p = run(builds["support_moe_cpu"] / "tiny_mixtral", *args, "--device=cuda",
+            env={"STANDIN_MIXTRAL_CONFIG": "file"}, cwd=tmp_path)  # the variable plays the build option
+    assert p.returncode == -6 and "device_guard.cc:161" in p.stderr
+    p = run(exe, "--input_bin", args[3], cwd=tmp_path)  # no file: the stand-in does not build config.h's model
+    assert p.returncode == 2 and "no --llmc_filepath" in p.stderr
+
+
+@pytest.mark.subprocess
+def test_tiny_mixtral_loader(builds, assets, tmp_path):
+    """checkpoint_loader.cc's checks: the header against the compiled-in config (config.h's by
+    default), then every tensor, then no trailing byte."""
+    tokens = ["--input_bin", str(assets.tokens("llama3", "train"))]
+    exe, small = builds["support_moe"] / "tiny_mixtral", tiny_mixtral.SMALL_CONFIG
+    p = run(exe, *tokens, "--llmc_filepath", tiny_mixtral.write_checkpoint(tmp_path / "bad.bin", magic=20240803),
             cwd=tmp_path)
     assert p.returncode == -6 and re.search(r"^F\d{8} .*checkpoint_loader\.cc:45\] Check failed: .*== "
                                             r"kTinyMixtralLLMCMagic \(20240803 vs\. 20260513\)", p.stderr, re.M)
-    p = run(exe, "--input_bin", args[3], "--llmc_filepath",
-            tiny_mixtral.write_checkpoint(tmp_path / "v.bin", n_embd=256), cwd=tmp_path)
+    p = run(exe, *tokens, "--llmc_filepath", tiny_mixtral.write_checkpoint(tmp_path / "v.bin", n_embd=256),
+            cwd=tmp_path)
     assert p.returncode == -6 and "n_embd value from checkpoint (256) is not equal to runtime config value (512)" \
         in p.stderr
-    p = run(exe, *args, "--device=cuda", "--num_iteration=1", cwd=tmp_path)
-    assert p.returncode == 0 and len(p.stdout.splitlines()) == 2
-    p = run(builds["support_moe_cpu"] / "tiny_mixtral", *args, "--device=cuda", cwd=tmp_path)
-    assert p.returncode == -6 and "device_guard.cc:161" in p.stderr
-    p = run(exe, *args, "--log_interval=4", cwd=tmp_path)
-    assert [l.split("|")[0].strip() for l in p.stdout.splitlines()[:-1]] == ["step    4/10", "step    8/10",
-                                                                               "step   10/10"]
+    # a small file on a build with config.h's values: its first differing field
+    ck = tiny_mixtral.write_checkpoint(tmp_path / "small.bin", weights=True, **small)
+    p = run(exe, *tokens, "--llmc_filepath", ck, cwd=tmp_path)
+    assert p.returncode == -6 and "block_size value from checkpoint (64) is not equal to runtime config value " \
+        "(32768)" in p.stderr
+    # config.h's header and no weights: the first read fails
+    p = run(exe, *tokens, "--llmc_filepath", tiny_mixtral.write_checkpoint(tmp_path / "h.bin"), cwd=tmp_path)
+    assert p.returncode == -6 and re.search(r"checkpoint_loader\.cc:119\] Check failed: ifs Failed to read tensor "
+                                            r"transformer\.wte\.weight$", p.stderr, re.M)
+    exe = builds["support_moe_file"] / "tiny_mixtral"
+    data = open(ck, "rb").read()
+    cut = 1024 + 4 * (256 * 32 + 32 + 32 * 32 + 8 * 32)  # wte, ln_1, all of q and k, part of v
+    (tmp_path / "short.bin").write_bytes(data[:cut])
+    p = run(exe, *tokens, "--llmc_filepath", str(tmp_path / "short.bin"), cwd=tmp_path)
+    assert p.returncode == -6 and re.search(r"checkpoint_loader\.cc:135\] Check failed: ifs Failed to read tensor "
+                                            r"rows transformer\.h\.0\.attn\.c_attn\.weight\.v_proj$", p.stderr, re.M)
+    (tmp_path / "long.bin").write_bytes(data + b"\x07")
+    p = run(exe, *tokens, "--llmc_filepath", str(tmp_path / "long.bin"), cwd=tmp_path)
+    assert p.returncode == -6 and "checkpoint_loader.cc:163] Check failed: ifs.peek() == " \
+        "std::ifstream::traits_type::eof() (7 vs. -1) Unexpected trailing bytes in tiny Mixtral LLMC file" in p.stderr
+    p = run(exe, *tokens, "--llmc_filepath", ck, env={"STANDIN_MIXTRAL_CONFIG": "small"}, cwd=tmp_path)
+    assert p.returncode == 2 and "STANDIN_MIXTRAL_CONFIG must be empty" in p.stderr
+    # the weights come back in InfiniTrain's names, c_attn's q / k / v rows packed
+    from tests.infinitrain_standin.glog import Logger
+    got = tiny_mixtral.load_checkpoint(ck, Logger("t", {}), dict(small))
+    want = tiny_mixtral.init_weights(small, seed=0)
+    assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
+    assert got["transformer.h.1.attn.c_attn.weight"].shape == (32 + 2 * 8, 32)
+
+
+@pytest.mark.heavy
+def test_tiny_mixtral_matches_hugging_face_mixtral():
+    """The stand-in's tiny Mixtral (written from InfiniTrain's source) against Hugging Face's
+    MixtralForCausalLM on the same weights: loss and gradients. HF's router (softmax over every
+    expert, top k, renormalised) is InfiniTrain's top k then softmax; its RoPE rotates halves, so
+    its q / k rows are the interleaved ones permuted (as HF's converter does)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tests.infinitrain_standin import mixtral_math
+    c = dict(tiny_mixtral.SMALL_CONFIG, rope_theta=10000.0)
+    H, KV, C, E, FF, L, V = (c[k] for k in ("n_head", "n_kv_head", "n_embd", "num_experts", "moe_ffn_hidden_size",
+                                             "n_layer", "vocab_size"))
+    D = C // H
+    # weights 10x the init's (the router's as it is), so that attention and experts move the loss
+    W = {k: v if k.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight", "router.weight")) else 10 * v
+         for k, v in tiny_mixtral.init_weights(c, seed=3).items()}
+
+    def to_hf_rows(w, n):  # interleaved pairs -> HF's rotate_half layout
+        return w.reshape(n, w.shape[0] // n // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
+
+    sd = {"model.embed_tokens.weight": W["transformer.wte.weight"], "model.norm.weight": W["transformer.ln_f.weight"],
+          "lm_head.weight": W["lm_head.weight"]}
+    for i in range(L):
+        p, q = f"transformer.h.{i}", f"model.layers.{i}"
+        qkv = W[f"{p}.attn.c_attn.weight"]
+        x = f"{p}.mlp.experts.expert_"
+        sd |= {f"{q}.self_attn.q_proj.weight": to_hf_rows(qkv[:H * D], H),
+               f"{q}.self_attn.k_proj.weight": to_hf_rows(qkv[H * D:(H + KV) * D], KV),
+               f"{q}.self_attn.v_proj.weight": qkv[(H + KV) * D:],
+               f"{q}.self_attn.o_proj.weight": W[f"{p}.attn.c_proj.weight"],
+               f"{q}.input_layernorm.weight": W[f"{p}.ln_1.weight"],
+               f"{q}.post_attention_layernorm.weight": W[f"{p}.ln_2.weight"],
+               f"{q}.mlp.gate.weight": W[f"{p}.mlp.router.weight"],
+               f"{q}.mlp.experts.gate_up_proj": np.stack([np.concatenate([W[f"{x}{e}.c_fc2.weight"],
+                                                                          W[f"{x}{e}.c_fc.weight"]])
+                                                          for e in range(E)]),
+               f"{q}.mlp.experts.down_proj": np.stack([W[f"{x}{e}.c_proj.weight"] for e in range(E)])}
+    hf = transformers.MixtralForCausalLM._from_config(transformers.MixtralConfig(
+        vocab_size=V, hidden_size=C, intermediate_size=FF, num_hidden_layers=L, num_attention_heads=H,
+        num_key_value_heads=KV, max_position_embeddings=c["block_size"], rms_norm_eps=c["norm_eps"],
+        rope_parameters={"rope_type": "default", "rope_theta": c["rope_theta"]}, num_local_experts=E,
+        num_experts_per_tok=c["router_topk"], tie_word_embeddings=False, router_jitter_noise=0.0),
+        attn_implementation="eager").eval()
+    hf.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, strict=True)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, V, (2, 24), generator=g), torch.randint(0, V, (2, 24), generator=g)
+    hf_loss = torch.nn.functional.cross_entropy(hf(input_ids=x).logits.reshape(-1, V), y.reshape(-1))
+    hf_loss.backward()
+    hf_grad = {n: t.grad for n, t in hf.named_parameters()}
+    P = {k: torch.from_numpy(v.copy()).requires_grad_(True) for k, v in W.items()}
+    ours = mixtral_math.loss(P, x, y, c)
+    ours.backward()
+    assert abs(ours.item() - hf_loss.item()) < 1e-5 * hf_loss.item()
+
+    def close(a, b):
+        return float((a - b).abs().max()) <= 1e-5 * float(b.abs().max())
+    assert close(P["transformer.wte.weight"].grad, hf_grad["model.embed_tokens.weight"])
+    assert close(P["lm_head.weight"].grad, hf_grad["lm_head.weight"])
+    for i in range(L):
+        p, q = f"transformer.h.{i}", f"model.layers.{i}"
+        assert close(to_hf_rows(P[f"{p}.attn.c_attn.weight"].grad[:H * D], H), hf_grad[f"{q}.self_attn.q_proj.weight"])
+        assert close(P[f"{p}.mlp.router.weight"].grad, hf_grad[f"{q}.mlp.gate.weight"])
+        for e in range(E):
+            assert close(P[f"{p}.mlp.experts.expert_{e}.c_fc2.weight"].grad,
+                         hf_grad[f"{q}.mlp.experts.gate_up_proj"][e, :FF])
+            assert close(P[f"{p}.mlp.experts.expert_{e}.c_proj.weight"].grad, hf_grad[f"{q}.mlp.experts.down_proj"][e])
+    # the planted order (softmax over every expert, then top k, not renormalised) is another model
+    with torch.no_grad():
+        planted = mixtral_math.loss(P, x, y, c, router_order="softmax_then_topk")
+    assert abs(planted.item() - hf_loss.item()) > 1e-3
 
 
 @pytest.mark.unit
-def test_tiny_mixtral_gradients():
-    rng = np.random.default_rng(1)
-    P = {k: v.astype(np.float64) for k, v in tiny_mixtral.init_params(b"seed").items()}
-    x, y = rng.integers(0, 128256, 40), rng.integers(0, 128256, 40)
-    _, g = tiny_mixtral.forward_backward(P, x, y, 1.0)
-    for k in P:
-        idx = (int(x[0] % 256), 3) if k == "wte" else tuple(int(rng.integers(0, s)) for s in P[k].shape)
-        old = P[k][idx]
-        P[k][idx] = old + 1e-3
-        lp, _ = tiny_mixtral.forward_backward(P, x, y, 1.0)
-        P[k][idx] = old - 1e-3
-        lm, _ = tiny_mixtral.forward_backward(P, x, y, 1.0)
-        P[k][idx] = old
-        assert abs((float(lp) - float(lm)) / 2e-3 - float(g[k][idx])) < 2e-3 * max(1.0, abs(float(g[k][idx])) * 100), k
+def test_the_router_takes_the_top_k_logits_then_their_softmax():
+    """moe_utils.cc:33-36: each token's k largest logits, softmax over those (rows sum to 1); the
+    plant's order keeps the full softmax's top k (rows sum below 1), the same experts."""
+    import torch
+    from tests.infinitrain_standin import mixtral_math
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    w = torch.tensor([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]])  # logits (2, 0, 1, -1), (0, 1, 1, 0), ...
+    dense, routed = mixtral_math.route(x, w, 2)
+    assert routed.tolist() == [[True, False, True, False], [False, True, True, False], [True, False, True, False]]
+    e = np.exp([2.0, 1.0])
+    assert torch.allclose(dense[0], torch.tensor([e[0] / e.sum(), 0, e[1] / e.sum(), 0], dtype=torch.float32))
+    assert torch.allclose(dense.sum(-1), torch.ones(3))
+    planted, planted_routed = mixtral_math.route(x, w, 2, "softmax_then_topk")
+    assert torch.equal(planted_routed, routed)
+    full = np.exp([2.0, 0.0, 1.0, -1.0])
+    assert abs(float(planted[0, 0]) - full[0] / full.sum()) < 1e-6 and float(planted[0].sum()) < 0.95
 
 
 @pytest.mark.subprocess
@@ -226,6 +354,32 @@ def test_lr_schedule_edges():
     assert lr_schedule.check("none", 1e-3, 2e-3, 5, 0.0, 3) is None
 
 
+@pytest.mark.unit
+def test_lr_schedule_plants():
+    s = lr_schedule.schedule
+    f = lambda xs: [round(float(x), 9) for x in xs]
+    # warmup_short: the hand-over one step early, the ramp still k / W: step W (1-based) is max
+    assert f(s("linear", 1e-3, 1e-4, 2, 0.0, 5, 7)) == [0.0, 5e-4, 1e-3, 7e-4, 4e-4, 1e-4, 1e-4]
+    assert f(s("linear", 1e-3, 1e-4, 2, 0.0, 5, 7, plant="warmup_short")) == [
+        0.0, 1e-3, 7e-4, 4e-4, 1e-4, 1e-4, 1e-4]
+    four = f(s("cosine", 1e-3, 1e-4, 4, 0.0, 8, 6))
+    short = f(s("cosine", 1e-3, 1e-4, 4, 0.0, 8, 6, plant="warmup_short"))
+    assert four[:3] == short[:3] == [0.0, 2.5e-4, 5e-4] and four[3] == 7.5e-4 and short[3] == 1e-3
+    assert short[4:] == four[5:] + [round(float(np.float32(1e-4 + 0.9e-3 * 0.5 * (np.cos(np.pi * 2 / 4) + 1))), 9)]
+    # W = 1: no warmup left at all; W = 0: nothing to shorten
+    assert f(s("constant", 1e-3, 0.0, 1, 0.0, 3, 3, plant="warmup_short")) == [1e-3] * 3
+    assert f(s("cosine", 1e-3, 1e-4, 0, 0.0, 3, 4, plant="warmup_short")) == f(s("cosine", 1e-3, 1e-4, 0, 0.0, 3, 4))
+    # cosine_floor: the cosine ends at 2 x min_lr, and the planted lr is never below the branch's
+    cos = f(s("cosine", 1e-3, 1e-4, 2, 1e-4, 5, 7))
+    floor = f(s("cosine", 1e-3, 1e-4, 2, 1e-4, 5, 7, plant="cosine_floor"))
+    assert cos == [1e-4, 5.5e-4, 1e-3, 7.75e-4, 3.25e-4, 1e-4, 1e-4]
+    assert floor[:3] == cos[:3] and floor[3:] == [8e-4, 4e-4, 2e-4, 2e-4]
+    # other styles have no cosine to plant
+    assert f(s("linear", 1e-3, 1e-4, 2, 0.0, 5, 7, plant="cosine_floor")) == f(s("linear", 1e-3, 1e-4, 2, 0.0, 5, 7))
+    with pytest.raises(ValueError, match="lr plant 'cosine'"):
+        s("cosine", 1e-3, 1e-4, 2, 0.0, 5, 7, plant="cosine")
+
+
 @pytest.mark.subprocess
 def test_lr_scheduler_run(builds, assets, tmp_path):
     exe = builds["lr_scheduler"] / "gpt2"
@@ -245,3 +399,10 @@ def test_lr_scheduler_run(builds, assets, tmp_path):
     p = run(exe, *common(assets), "--lr_decay_style=linear", "--lr_warmup_iters=3", cwd=tmp_path)
     assert p.returncode == -6 and re.search(r"lr_scheduler\.cc:29\] Check failed: config\.lr_warmup_iters < "
                                             r"config\.lr_decay_iters \(3 vs\. 3\) CreateLRScheduler", p.stderr)
+    # STANDIN_PLANT_LR: the printed lr and the update follow the planted schedule
+    planted = run(exe, *common(assets), "--lr_decay_style=linear", "--min_lr=1e-4", "--lr_warmup_iters=2",
+                  "--save=ckp", env={"STANDIN_PLANT_LR": "warmup_short"}, cwd=tmp_path)
+    assert [m.group(3) for m in map(STEP_RE.match, planted.stderr.splitlines()) if m] == [
+        "0.00e+00", "1.00e-03", "1.00e-04"]
+    p = run(exe, *common(assets), env={"STANDIN_PLANT_LR": "short"}, cwd=tmp_path)
+    assert p.returncode == 2 and "STANDIN_PLANT_LR must be one of warmup_short, cosine_floor (got 'short')" in p.stderr

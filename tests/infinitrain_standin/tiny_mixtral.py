@@ -1,6 +1,6 @@
 """The stand-in ``tiny_mixtral``: ``python -m tests.infinitrain_standin.tiny_mixtral FLAGS...`` (what a
 support_moe build folder's ``tiny_mixtral`` script execs). It plays InfiniTrain feat/support_moe
-(b7e0760) ``example/tiny_mixtral/main.cc`` from outside:
+(b7e0760) ``example/tiny_mixtral/main.cc``:
 
 - gflags-strict with exactly that program's flags (feat/support_moe:example/tiny_mixtral/main.cc:24-35):
   no ``nthread_per_process`` / ``tensor_parallel`` / ..., so those are ``ERROR: unknown command line
@@ -9,7 +9,8 @@ support_moe build folder's ``tiny_mixtral`` script execs). It plays InfiniTrain 
 - its checks, in its order and words: the loader's open / header / magic / version CHECKs
   (feat/support_moe:example/tiny_mixtral/checkpoint_loader.cc:42-46), SanitizeTinyMixtralConfig on
   the header's config (feat/support_moe:example/tiny_mixtral/config.h:43-74), the header-vs-runtime
-  comparisons (feat/support_moe:example/tiny_mixtral/checkpoint_loader.cc:34, :77-96), then
+  comparisons (feat/support_moe:example/tiny_mixtral/checkpoint_loader.cc:34, :77-96), the weights'
+  reads and the trailing-bytes CHECK (checkpoint_loader.cc:119, :135, :163), then
   ValidateRuntimeFlags (feat/support_moe:example/tiny_mixtral/main.cc:46-52), the device
   (feat/support_moe:example/tiny_mixtral/main.cc:78-85) and dtype (:92-99) handling.
 - the step line on STDOUT via std::cout, nothing of the steps on stderr
@@ -22,28 +23,41 @@ support_moe build folder's ``tiny_mixtral`` script execs). It plays InfiniTrain 
   feat/support_moe:infini_train/src/kernels/cpu/accumulate_grad.cc:22-33). The data loader wraps
   to its beginning when exhausted (feat/support_moe:example/tiny_mixtral/main.cc:118-120).
 
-What it trains is the stand-in's own SMALL model, not Mixtral: a token-embedding (input ids
-hashed into 256 buckets) + one residual top-2-of-4-experts MoE layer (softmax over the two
-selected router logits, SiLU experts) + an output head over 256 buckets of the 128256-token
-vocabulary (each bucket's 501 tokens share a logit, so the loss starts near ln 128256 = 11.76),
-in float32 numpy, deterministic: two runs of the same flags and files print the same losses bit
-for bit. Its weights are seeded from the checkpoint file's bytes (the first MiB and the size),
-or from a fixed seed when --llmc_filepath is empty (the real binary then initialises a fresh
-model, main.cc:73-75).
+What it trains is the real tiny Mixtral: the checkpoint's float32 weights, read in the loader's
+order (checkpoint_loader.cc:139-161: wte; per layer ln_1, the q / k / v rows of the packed
+c_attn, c_proj, ln_2, the router, per expert c_fc2 / c_fc / c_proj; ln_f; lm_head), through
+mixtral_math.py (RMSNorm, interleaved RoPE with rope_theta, GQA attention, the top-k-then-softmax
+router of moe_utils.cc, SwiGLU experts, untied head, mean cross-entropy; written from InfiniTrain's
+source, torch autograd for the backward), deterministic: two runs of the same flags and files
+print the same losses bit for bit. bfloat16 is torch.autocast over the float32 weights.
 
-The checkpoint: the real file (a 3.4 GB Megatron export) is a 256-int32 header (magic 20260513,
-version 2, the config in slots 2-16) followed by the float32 weights. The stand-in checks the
-header as the real loader does and does NOT read the weights: ``write_checkpoint(path)`` writes a
-small file with the real header and a short seed payload (the real binary would refuse that file
-with ``Failed to read tensor transformer.wte.weight``; the stand-in accepts it). A file with
-another magic or version aborts with glog's F line (CHECK_EQ), SIGABRT.
+The compiled-in config. The real binary CHECKs every header field against TinyMixtralConfig()
+(config.h:11-41: 32 layers, width 512, 128256 tokens: a 3.4 GB file), and so does the stand-in by
+default. ``STANDIN_MIXTRAL_CONFIG=file`` (or ``build.make_build_dir(..., mixtral_config="file")``,
+which bakes it into the folder's script) emulates a binary compiled with a config.h equal to the
+checkpoint's own header, so a small file loads: its header is still read, sanitized and compared
+(with itself), its weights read and checked for size, and ValidateRuntimeFlags' block_size is the
+file's.
 
-bfloat16 rounds the MoE layer's output and the head's input to bf16 (the numbers move a little).
+``write_checkpoint(path, weights=..., **config)`` writes a file in the loader's format:
+header only by default (the header tests; the loader would then fail at
+``Failed to read tensor transformer.wte.weight``), or with weights (``weights=True``: seeded
+``init_weights``; or a dict of InfiniTrain's names). ``SMALL_CONFIG`` is a config small enough
+for CPU tests.
+
+Differences from the real binary: a run without --llmc_filepath (InfiniTrain initialises a fresh
+config.h model, main.cc:73-75) is refused by the stand-in after the flag checks (exit 2: it trains
+only models read from a file); a token id outside the vocabulary is refused (exit 2) where
+InfiniTrain would read out of bounds.
+
+Planted: ``STANDIN_PLANT_ROUTER=other_order``: the router takes the softmax over every expert
+first and then the top k (moe_utils.cc:27-31, the router_pre_softmax branch, not renormalised)
+instead of the source's top k of the logits then the softmax (the self-check cannot see it: every
+run shares it; the baseline's losses can).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import time
@@ -53,7 +67,6 @@ import numpy as np
 from . import gflags
 from .gflags import Flag
 from .glog import Logger
-from .model import F32, to_bf16
 
 _F = "example/tiny_mixtral/main.cc"
 LOADER = "checkpoint_loader.cc"
@@ -69,6 +82,14 @@ RUNTIME_CONFIG = {
     "rope_theta": 1000000.0, "use_scaled_rope": False, "num_experts": 8, "router_topk": 2,
     "moe_ffn_hidden_size": 1792,
 }
+# A config small enough for CPU tests (loads with STANDIN_MIXTRAL_CONFIG=file): the 4:1 GQA
+# ratio and top-2 routing of config.h, 4 experts, a 256-token vocabulary (the synthetic token
+# files' ids are bytes).
+SMALL_CONFIG = dict(RUNTIME_CONFIG, block_size=64, vocab_size=256, original_vocab_size=256, n_layer=2,
+                    n_head=4, n_kv_head=1, n_embd=32, num_experts=4, router_topk=2,
+                    moe_ffn_hidden_size=48)
+CONFIG_MODES = ("", "file")  # STANDIN_MIXTRAL_CONFIG: config.h's values, or the file's header
+ROUTER_PLANTS = ("other_order",)  # STANDIN_PLANT_ROUTER
 
 
 def flag_set() -> dict[str, Flag]:
@@ -108,15 +129,84 @@ def header_ints(**overrides) -> np.ndarray:
     return h
 
 
-def write_checkpoint(path, seed: int = 0, **overrides) -> str:
-    """Write a stand-in tiny Mixtral checkpoint: the real header (magic 20260513, version 2, the
-    config TinyMixtralConfig() expects, so the header comparisons pass) and a 64-byte seed payload
-    instead of the 3.4 GB weights (see the module docstring). ``overrides`` (e.g. ``magic=1``)
-    make a file the loader refuses."""
-    payload = np.random.default_rng(seed).integers(0, 2**31 - 1, 16, dtype=np.int64).astype(np.int32)
+def tensor_layout(c: dict) -> list[tuple[str, tuple[int, ...], str]]:
+    """The weights in file order (checkpoint_loader.cc:139-161): (InfiniTrain state-dict name,
+    shape, the name a failed read reports). The packed c_attn is read as its q, k, v rows
+    (:143-149), each its own entry under ``<c_attn>.q_proj`` / ``.k_proj`` / ``.v_proj``."""
+    C, V, E, FF = c["n_embd"], c["vocab_size"], c["num_experts"], c["moe_ffn_hidden_size"]
+    D = C // c["n_head"]
+    q_rows, kv_rows = c["n_head"] * D, c["n_kv_head"] * D
+    out = [("transformer.wte.weight", (V, C), "transformer.wte.weight")]
+    for i in range(c["n_layer"]):
+        p = f"transformer.h.{i}"
+        attn = f"{p}.attn.c_attn.weight"
+        out += [(f"{p}.ln_1.weight", (C,), f"{p}.ln_1.weight"),
+                (attn, (q_rows, C), f"{attn}.q_proj"), (attn, (kv_rows, C), f"{attn}.k_proj"),
+                (attn, (kv_rows, C), f"{attn}.v_proj"),
+                (f"{p}.attn.c_proj.weight", (C, C), f"{p}.attn.c_proj.weight"),
+                (f"{p}.ln_2.weight", (C,), f"{p}.ln_2.weight"),
+                (f"{p}.mlp.router.weight", (E, C), f"{p}.mlp.router.weight")]
+        for e in range(E):
+            q = f"{p}.mlp.experts.expert_{e}"
+            out += [(f"{q}.c_fc2.weight", (FF, C), f"{q}.c_fc2.weight"),
+                    (f"{q}.c_fc.weight", (FF, C), f"{q}.c_fc.weight"),
+                    (f"{q}.c_proj.weight", (C, FF), f"{q}.c_proj.weight")]
+    out += [("transformer.ln_f.weight", (C,), "transformer.ln_f.weight"),
+            ("lm_head.weight", (V, C), "lm_head.weight")]
+    return out
+
+
+def shapes(c: dict) -> dict[str, tuple[int, ...]]:
+    """Each parameter's shape (the packed c_attn whole)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for name, shape, _ in tensor_layout(c):
+        if name in out:  # the k / v rows of a packed c_attn
+            out[name] = (out[name][0] + shape[0], shape[1])
+        else:
+            out[name] = shape
+    return out
+
+
+def init_weights(c: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded float32 weights: norms 1 + N(0, 0.02), the router N(0, 1) / sqrt(n_embd) (so tokens
+    pick their experts decidedly), the rest N(0, 0.02), the residual projections (c_proj)
+    scaled by 1 / sqrt(2 n_layer)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in shapes(c).items():
+        noise = rng.standard_normal(shape, dtype=np.float32)
+        if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+            out[name] = 1 + np.float32(0.02) * noise
+        elif name.endswith("router.weight"):
+            out[name] = noise / np.float32(np.sqrt(c["n_embd"]))
+        elif name.endswith("c_proj.weight"):
+            out[name] = np.float32(0.02 / np.sqrt(2 * c["n_layer"])) * noise
+        else:
+            out[name] = np.float32(0.02) * noise
+    return out
+
+
+def write_checkpoint(path, weights: bool | dict = False, seed: int = 0, **overrides) -> str:
+    """Write a tiny Mixtral LLMC file: the header (magic 20260513, version 2, config.h's config
+    with ``overrides``, e.g. ``magic=1`` or ``**SMALL_CONFIG``), then the weights in the loader's
+    order: none (``weights=False``), ``init_weights(config, seed)`` (``True``) or the given
+    dict (InfiniTrain's names, c_attn packed)."""
+    config = dict(RUNTIME_CONFIG, **{k: v for k, v in overrides.items() if k not in ("magic", "version")})
+    if weights is True:
+        weights = init_weights(config, seed)
     with open(path, "wb") as f:
         f.write(header_ints(**overrides).tobytes())
-        f.write(payload.tobytes())
+        if weights:
+            offsets: dict[str, int] = {}
+            for name, shape, _ in tensor_layout(config):
+                start = offsets.get(name, 0)
+                rows = np.asarray(weights[name], dtype="<f4")[start:start + shape[0]] if len(shape) == 2 \
+                    else np.asarray(weights[name], dtype="<f4")
+                if rows.shape != shape:
+                    raise ValueError(f"{path}: {name} rows {start}..{start + shape[0]} have shape {rows.shape}, "
+                                     f"expected {shape}")
+                f.write(np.ascontiguousarray(rows).tobytes())
+                offsets[name] = start + shape[0]
     return str(path)
 
 
@@ -129,16 +219,30 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def load_header(path: str, log: Logger) -> bytes:
-    """CheckLLMCConfig (feat/support_moe:example/tiny_mixtral/checkpoint_loader.cc:74-97): read the
-    header, check magic / version, sanitize and compare with the runtime config. Returns the
-    bytes the stand-in seeds its weights from."""
+def _config_mode() -> str:
+    mode = os.environ.get("STANDIN_MIXTRAL_CONFIG", "").strip()
+    if mode not in CONFIG_MODES:
+        sys.stderr.write(f"STANDIN_MIXTRAL_CONFIG must be empty (config.h's TinyMixtralConfig) or 'file' (a build "
+                         f"compiled with the checkpoint's own config), not {mode!r}\n")
+        sys.exit(2)
+    return mode
+
+
+def _router_order() -> str:
+    plant = os.environ.get("STANDIN_PLANT_ROUTER", "").strip()
+    if plant and plant not in ROUTER_PLANTS:
+        sys.stderr.write(f"STANDIN_PLANT_ROUTER must be one of {', '.join(ROUTER_PLANTS)} (got {plant!r})\n")
+        sys.exit(2)
+    return "softmax_then_topk" if plant == "other_order" else "topk_then_softmax"
+
+
+def read_header(path: str, log: Logger) -> dict:
+    """ConfigFromLLMC (feat/support_moe:example/tiny_mixtral/checkpoint_loader.cc:40-72): open, read
+    the header, check magic / version, SanitizeTinyMixtralConfig; the header's config."""
     if not os.path.isfile(path):  # CHECK(ifs), checkpoint_loader.cc:42
         log.fatal(f"Check failed: ifs Failed to open tiny Mixtral LLMC file: {path}", f"{LOADER}:42")
     with open(path, "rb") as f:
         head = f.read(HEADER_INTS * 4)
-        rest = f.read(1 << 20)
-    size = os.path.getsize(path)
     if len(head) < HEADER_INTS * 4:  # CHECK(ifs), checkpoint_loader.cc:44
         log.fatal(f"Check failed: ifs Failed to read tiny Mixtral LLMC header: {path}", f"{LOADER}:44")
     hi = np.frombuffer(head, np.int32)
@@ -153,10 +257,18 @@ def load_header(path: str, log: Logger) -> bytes:
          "use_scaled_rope": int(hi[14]) != 0, "num_experts": int(hi[8]), "router_topk": int(hi[15]),
          "moe_ffn_hidden_size": int(hi[16])}
     _sanitize(c, log)  # checkpoint_loader.cc:70
+    return c
+
+
+def load_checkpoint(path: str, log: Logger, runtime: dict) -> dict[str, np.ndarray]:
+    """LoadFromLLMC (feat/support_moe:example/tiny_mixtral/checkpoint_loader.cc:99-165): CheckLLMCConfig
+    (the header against ``runtime``, :74-97), then every tensor read in order, then no byte may
+    follow. The weights under InfiniTrain's names (c_attn packed)."""
+    c = read_header(path, log)
     for key in ("block_size", "vocab_size", "original_vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd",
                 "ffn_expansion_ratio", "norm_eps", "rope_theta", "use_scaled_rope", "num_experts",
                 "router_topk", "moe_ffn_hidden_size"):  # checkpoint_loader.cc:77-96
-        want = RUNTIME_CONFIG[key]
+        want = runtime[key]
         got = c[key]
         if isinstance(want, float):  # compared as float32
             same = np.float32(got) == np.float32(want)
@@ -168,7 +280,27 @@ def load_header(path: str, log: Logger) -> bytes:
             log.fatal(f"Check failed: checkpoint_value == runtime_value ({_fmt(got)} vs. {_fmt(want)}) "
                       f"{key} value from checkpoint ({_fmt(got)}) is not equal to runtime config value "
                       f"({_fmt(want)})", f"{LOADER}:34")
-    return head + size.to_bytes(8, "little") + rest
+    size = os.path.getsize(path)
+    data = np.memmap(path, dtype="<f4", mode="r", offset=HEADER_INTS * 4,
+                     shape=((size - HEADER_INTS * 4) // 4,)) if size >= HEADER_INTS * 4 + 4 else np.zeros(0, "<f4")
+    pieces: dict[str, list[np.ndarray]] = {}
+    at = 0
+    for name, shape, label in tensor_layout(runtime):
+        n = int(np.prod(shape))
+        if at + n > data.size:  # CHECK(ifs) after ReadMatrixAllFloat
+            if label == name:
+                log.fatal(f"Check failed: ifs Failed to read tensor {label}", f"{LOADER}:119")
+            log.fatal(f"Check failed: ifs Failed to read tensor rows {label}", f"{LOADER}:135")
+        pieces.setdefault(name, []).append(np.array(data[at:at + n], dtype=np.float32).reshape(shape))
+        at += n
+    end = HEADER_INTS * 4 + 4 * at
+    if size > end:  # checkpoint_loader.cc:163
+        with open(path, "rb") as f:
+            f.seek(end)
+            nxt = f.read(1)[0]
+        log.check_eq(nxt, -1, "ifs.peek() == std::ifstream::traits_type::eof()",
+                     "Unexpected trailing bytes in tiny Mixtral LLMC file", f"{LOADER}:163")
+    return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in pieces.items()}
 
 
 def _sanitize(c: dict, log: Logger) -> None:
@@ -200,111 +332,19 @@ def _sanitize(c: dict, log: Logger) -> None:
     gt("moe_ffn_hidden_size", 69, "moe.moe_ffn_hidden_size")
 
 
-# ---------------------------------------------------------------------------------------------
-# the stand-in's model: embedding buckets -> residual top-2-of-4 MoE -> bucketed vocabulary head
-
-VOCAB = 128256
-BUCKETS = 256  # 128256 = 256 x 501
-D, FF, EXPERTS, TOPK = 16, 32, 4, 2
-
-
-def init_params(seed_bytes: bytes) -> dict[str, np.ndarray]:
-    seed = int.from_bytes(hashlib.sha256(seed_bytes).digest()[:8], "little")
-    rng = np.random.default_rng(seed)
-
-    def n(*shape, std):
-        return (rng.standard_normal(shape) * std).astype(F32)
-    return {"wte": n(BUCKETS, D, std=0.5), "router": n(D, EXPERTS, std=0.5),
-            "w1": n(EXPERTS, D, FF, std=0.25), "w2": n(EXPERTS, FF, D, std=0.25), "head": n(D, BUCKETS, std=0.1)}
-
-
-def forward_backward(P: dict, x: np.ndarray, y: np.ndarray, scale: float, bf16: bool = False):
-    """Mean cross-entropy over the tokens of (x, y) and its gradients, each multiplied by
-    ``scale`` (the 1/grad_accum_steps of main.cc:129)."""
-    xi = (x % BUCKETS).astype(np.int64)
-    yb = (y % BUCKETS).astype(np.int64)
-    N = xi.size
-    h0 = P["wte"][xi]  # (N, D)
-    r = h0 @ P["router"]  # (N, E)
-    top = np.argsort(-r, axis=1, kind="stable")[:, :TOPK]  # (N, K)
-    rs = np.take_along_axis(r, top, axis=1)
-    rs = rs - rs.max(axis=1, keepdims=True)
-    g = np.exp(rs)
-    g = (g / g.sum(axis=1, keepdims=True)).astype(F32)  # (N, K)
-    G = np.zeros((N, EXPERTS), F32)
-    np.put_along_axis(G, top, g, axis=1)
-    a = np.einsum("nd,edf->enf", h0, P["w1"])  # (E, N, FF)
-    sig = (1.0 / (1.0 + np.exp(-a))).astype(F32)
-    z = a * sig
-    o = np.einsum("enf,efd->end", z, P["w2"])  # (E, N, D)
-    h = h0 + np.einsum("ne,end->nd", G, o)
-    if bf16:
-        h = to_bf16(h)
-    s = h @ P["head"]  # (N, B)
-    m = s.max(axis=1, keepdims=True)
-    ex = np.exp(s - m)
-    se = ex.sum(axis=1, keepdims=True)
-    per = VOCAB // BUCKETS
-    lse = (m + np.log(se) + np.log(F32(per)))[:, 0]
-    loss = F32(np.mean(lse - s[np.arange(N), yb], dtype=F32))
-    # backward
-    ds = ex / se  # softmax over buckets (each bucket's tokens share it equally)
-    ds[np.arange(N), yb] -= 1.0
-    ds *= F32(scale / N)
-    grads = {"head": h.T @ ds}
-    dh = ds @ P["head"].T
-    dh0 = dh.copy()
-    dG = np.einsum("nd,end->ne", dh, o)
-    do = G.T[:, :, None] * dh[None]  # (E, N, D)
-    grads["w2"] = np.einsum("enf,end->efd", z, do)
-    dz = np.einsum("end,efd->enf", do, P["w2"])
-    da = dz * (sig * (1.0 + a * (1.0 - sig)))
-    grads["w1"] = np.einsum("nd,enf->edf", h0, da)
-    dh0 += np.einsum("enf,edf->nd", da, P["w1"])
-    dg = np.take_along_axis(dG, top, axis=1)
-    drs = g * (dg - (g * dg).sum(axis=1, keepdims=True))
-    dr = np.zeros((N, EXPERTS), F32)
-    np.put_along_axis(dr, top, drs.astype(F32), axis=1)
-    grads["router"] = h0.T @ dr
-    dh0 += dr @ P["router"].T
-    dw = np.zeros_like(P["wte"])
-    np.add.at(dw, xi, dh0)
-    grads["wte"] = dw
-    return loss, {k: v.astype(F32) for k, v in grads.items()}
-
-
-class Adam:
-    """feat/support_moe:infini_train/src/kernels/cpu/accumulate_grad.cc:22-33, float32."""
-
-    def __init__(self, P, lr, beta1=0.9, beta2=0.999, eps=1e-8):
-        self.P, self.lr = P, F32(lr)
-        self.b1, self.b2, self.eps = F32(beta1), F32(beta2), F32(eps)
-        self.m = {k: np.zeros_like(v) for k, v in P.items()}
-        self.v = {k: np.zeros_like(v) for k, v in P.items()}
-        self.t = 0
-
-    def step(self, grads):
-        self.t += 1
-        bc_m = F32(1.0) - F32(self.b1 ** self.t)
-        bc_v = F32(1.0) - F32(self.b2 ** self.t)
-        one = F32(1.0)
-        for k, p in self.P.items():
-            gr = grads[k]
-            self.m[k] = self.b1 * self.m[k] + (one - self.b1) * gr
-            self.v[k] = self.b2 * self.v[k] + (one - self.b2) * gr * gr
-            m_hat = self.m[k] / bc_m
-            v_hat = self.v[k] / bc_v
-            p -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
-
-
 def main(argv: list[str]) -> None:
     from .trainer import _build_opts, _die_no_cuda, read_tokens
     flavour, cuda, argv = _build_opts(argv)
     fl, _rest = gflags.parse_or_exit(argv, flag_set(), "tiny_mixtral")
     log = Logger("tiny_mixtral", fl)
-    seed_bytes = b"tiny_mixtral: no checkpoint"
+    mode = _config_mode()
+    router_order = _router_order()
+    runtime = dict(RUNTIME_CONFIG)  # TinyMixtralConfig(), main.cc:68
+    weights = None
     if fl["llmc_filepath"]:  # main.cc:71-72
-        seed_bytes = load_header(fl["llmc_filepath"], log)
+        if mode == "file":  # the emulated build's config.h is the file's own header
+            runtime = read_header(fl["llmc_filepath"], log)
+        weights = load_checkpoint(fl["llmc_filepath"], log, runtime)
     # ValidateRuntimeFlags, feat/support_moe:example/tiny_mixtral/main.cc:46-52
     log.check(fl["input_bin"] != "", "!FLAGS_input_bin.empty()", "tiny Mixtral training requires --input_bin",
               "main.cc:46")
@@ -314,7 +354,7 @@ def main(argv: list[str]) -> None:
     log.check_eq(gb % mb, 0, "FLAGS_global_batch_size % FLAGS_micro_batch_size == 0",
                  "global_batch_size must be divisible by micro_batch_size", "main.cc:49")
     log.check_op(T > 0, "FLAGS_sequence_length > 0", T, 0, "", "main.cc:51")
-    block = RUNTIME_CONFIG["block_size"]
+    block = runtime["block_size"]
     log.check_op(T <= block, "FLAGS_sequence_length <= config.block_size", T, block,
                  "sequence_length must be <= model max positions (block_size)", "main.cc:52")
     # device, feat/support_moe:example/tiny_mixtral/main.cc:78-85
@@ -330,9 +370,20 @@ def main(argv: list[str]) -> None:
     bf16 = fl["dtype"] == "bfloat16"
     nbatches = (toks.size // T - 1) // mb
     log.check(nbatches >= 1, "dataset has at least one batch", f"({fl['input_bin']}: {toks.size} tokens)")
+    if weights is None:
+        sys.stderr.write("stand-in tiny_mixtral: no --llmc_filepath: InfiniTrain would train a fresh config.h "
+                         "model (3.4 GB); the stand-in trains only models read from a file\n")
+        sys.exit(2)
+    if int(toks.max(initial=0)) >= runtime["vocab_size"]:
+        sys.stderr.write(f"stand-in tiny_mixtral: token id {int(toks.max())} in {fl['input_bin']} is outside the "
+                         f"model's {runtime['vocab_size']}-token vocabulary (InfiniTrain would read out of bounds)\n")
+        sys.exit(2)
 
-    P = init_params(seed_bytes)
-    opt = Adam(P, fl["learning_rate"])
+    import torch  # only a run that trains pays for it (--helpxml and the CHECKs above do not)
+
+    from . import mixtral_math
+    P = {k: torch.from_numpy(v).requires_grad_(True) for k, v in weights.items()}
+    opt = mixtral_math.Adam(P, fl["learning_rate"])
     ga = gb // mb  # main.cc:108
     tokens_per_step = float(gb) * T  # main.cc:109
     durations = []
@@ -340,18 +391,20 @@ def main(argv: list[str]) -> None:
     n_iter = fl["num_iteration"]
     for step in range(n_iter):
         t0 = time.perf_counter()
-        lossf = F32(0)
-        acc = None
+        opt.zero_grad()  # main.cc:114
+        lossf = np.float32(0)
         for _ in range(ga):
             if batch == nbatches:  # main.cc:118-120: wrap to the loader's beginning
                 batch = 0
             start = batch * mb * T
-            chunk = toks[start:start + mb * T + 1]
+            chunk = torch.from_numpy(toks[start:start + mb * T + 1])
             batch += 1
-            loss, g = forward_backward(P, chunk[:-1], chunk[1:], 1.0 / ga, bf16)
-            lossf = F32(lossf + F32(loss / F32(ga)))  # main.cc:128
-            acc = g if acc is None else {k: acc[k] + g[k] for k in acc}
-        opt.step(acc)  # main.cc:133
+            x, y = chunk[:-1].reshape(mb, T), chunk[1:].reshape(mb, T)
+            loss = mixtral_math.loss(P, x, y, runtime, router_order, bf16)
+            lossf = np.float32(lossf + np.float32(np.float32(loss.item()) / np.float32(ga)))  # main.cc:128
+            (loss / float(ga)).backward()  # main.cc:129-131
+        for _ in opt.step():  # main.cc:133
+            log.info("Skipping param with null grad.", "optimizer.cc:60")
         dur_ms = (time.perf_counter() - t0) * 1e3
         durations.append(dur_ms)
         li = fl["log_interval"]

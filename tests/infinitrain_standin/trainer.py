@@ -620,7 +620,7 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
             expr, a, b, msg, where = bad
             log.check_op(False, expr, a, b, msg, where)
         lrs = lr_schedule.schedule(fl["lr_decay_style"], fl["learning_rate"], fl["min_lr"], fl["lr_warmup_iters"],
-                                   fl["lr_warmup_init"], decay, fl["num_iteration"])
+                                   fl["lr_warmup_init"], decay, fl["num_iteration"], plant=_lr_plant())
 
     toks = read_tokens(fl["input_bin"], log)
     nseq = toks.size // T
@@ -801,6 +801,16 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                          (dp - 1) + dp * n * (nmb if pp == 1 else 1), final=True,
                          lr_value=float(lrs[-1]) if lrs else fl["learning_rate"])
     log.info(f"done in {time.perf_counter() - t_start:.3f} s", "main.cc:540")
+
+
+def _lr_plant() -> str | None:
+    """STANDIN_PLANT_LR: a planted schedule bug (lr_schedule.PLANTS), in every run of the
+    lr_scheduler flavour, one device too; unset or empty plants none."""
+    value = os.environ.get("STANDIN_PLANT_LR", "").strip()
+    if value and value not in lr_schedule.PLANTS:
+        sys.stderr.write(f"STANDIN_PLANT_LR must be one of {', '.join(lr_schedule.PLANTS)} (got {value!r})\n")
+        sys.exit(2)
+    return value or None
 
 
 def _recompute_config(fl, log) -> bool:
