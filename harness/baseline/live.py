@@ -17,7 +17,7 @@ case that crashed gets none (`not run`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.compare.baseline import BaselineVerdict, LrVerdict, judge_baseline, judge_lr
@@ -48,6 +48,8 @@ class BaselineCheck:
     gradients: GradientDiff | None = None  # the first step's gradients, where both dumped them
     gradients_reason: str | None = None  # why they were not compared
     lr: LrVerdict | None = None  # the printed lr per step, where the baseline has one
+    # step 1 module by module (harness.compare.trace's record form), where both were traced
+    trace: dict | None = None
 
     def __post_init__(self) -> None:
         if self.status not in BASELINE_STATUSES:
@@ -66,6 +68,9 @@ class BaselineCheck:
         if self.gradients is not None and not self.gradients.ok:
             lines += ["  gradients of the first step against the baseline's:",
                       *("    " + line for line in gradient_lines(self.gradients))]
+        if self.trace is not None and self.trace.get("status") == "diverged":
+            lines += [f"  modules of step {self.trace['step']} against the baseline's: "
+                      f"{self.trace['line']}"]
         if lines:
             return [head, *lines]
         return [head + (f": {self.reason}" if self.reason else "")]
@@ -78,12 +83,23 @@ class BaselineCheck:
                "gradients": None if self.gradients is None else self.gradients.to_dict(),
                "gradients_reason": self.gradients_reason,
                "lr": None if self.lr is None else self.lr.to_dict(),
+               "trace": self.trace,
                **({"run": self.run} if self.run else {})}
         if self.verdict is not None:
             out["loss"] = self.verdict.to_dict()
             out["first_diverging_step"] = self.verdict.first_diverging_step
             out["max_abs_diff"] = self.verdict.max_abs_diff
         return out
+
+
+def with_module_check(check: BaselineCheck, trace: dict) -> BaselineCheck:
+    """The check with its step-1 module comparison (harness.runner.trace): a divergence fails
+    it, with the first diverging module in its reason; a trace not taken is only recorded."""
+    if trace.get("status") != "diverged":
+        return replace(check, trace=trace)
+    reason = f"modules at step {trace['step']}: {trace['line']}"
+    return replace(check, trace=trace, status="failed",
+                   reason="; ".join(filter(None, [check.reason, reason])))
 
 
 def judged(source: str, run_steps: list[dict], base_steps: list[int], base_losses: list[float],

@@ -33,6 +33,7 @@ from harness.contracts.flags import flag_argv
 from harness.contracts.rank_exit import FAILURES_ENV, RANK_FAILURES_DIR
 from harness.contracts.records import read_json, read_jsonl
 from harness.contracts.semantics import BaselineUnmatched
+from harness.contracts.trace import Pairing
 
 from .launcher import Launcher, RankRun, rank_with_traceback
 from .process import ProcessResult
@@ -104,6 +105,15 @@ class TrainerBackend(Protocol):
     def first_step(self, flags: dict) -> int:
         """The first step a run of these flags prints (a resumed run starts later)."""
 
+    def trace_unavailable(self, model: str, flags: dict) -> str | None:
+        """Why a run of these flags cannot write a module-level trace (InfiniTrain's
+        `--precision_check`, harness.contracts.trace), learned from the trainer itself; None
+        when it can."""
+
+    def trace_pairing(self, model: str) -> Pairing | None:
+        """How this trainer's module names map onto the bundled trainer's (a foreign
+        program's facts, harness.contracts.trace); None for the bundled trainer itself."""
+
     def baseline_flags(self, model: str, flags: dict) -> dict:
         """The bundled PyTorch trainer's flags (its `model`, the family, among them) that
         compute what this trainer computes for these case flags, on one device (the live
@@ -168,6 +178,12 @@ class WholeGradientsFromStart:
 
     def first_step(self, flags: dict) -> int:
         return 1
+
+    def trace_unavailable(self, model: str, flags: dict) -> str | None:
+        return None  # the bundled trainer writes --precision_check's trace
+
+    def trace_pairing(self, model: str) -> Pairing | None:
+        return None
 
     def baseline_flags(self, model: str, flags: dict) -> dict:
         raise BaselineUnmatched(f"the {self.name} trainer has no recorded semantics to run the "
@@ -393,6 +409,10 @@ class CommandBackend(WholeGradientsFromStart):
 
     def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
         return run_command(self, spec, settings)
+
+    def trace_unavailable(self, model: str, flags: dict) -> str | None:
+        return ("a command trainer's contract has no module-level trace (InfiniTrain's "
+                "--precision_check)")
 
     def collect(self, spec: LaunchSpec, result: ProcessResult) -> RunOutputs:
         steps = read_jsonl(spec.output_dir / "steps.jsonl")

@@ -36,6 +36,7 @@ from pathlib import Path
 from harness.contracts.flags import FLAG_TABLE, flag_argv, resumed_first_step
 from harness.contracts.programs import PROGRAMS
 from harness.contracts.semantics import baseline_flags
+from harness.contracts.trace import PAIRINGS, PRECISION_CHECK_FLAG, Pairing
 
 from .backends import (
     LaunchSpec,
@@ -220,6 +221,23 @@ class InfiniTrainBackend:
     def first_step(self, args: dict) -> int:
         """The first step a run prints: 1, or the resumed checkpoint's step + 1."""
         return resumed_first_step(args.get("load"))
+
+    def trace_unavailable(self, model: str, args: dict) -> str | None:
+        """Why a run of these flags cannot be traced module by module, or None: a binary whose
+        --helpxml listing has no --precision_check (InfiniTrain master has it), a program
+        without pairing facts, a resumed run (its first step is not the traced one)."""
+        if not self.facts(model).accepts(PRECISION_CHECK_FLAG):
+            return (f"not traced: this build's {model} binary lists no --{PRECISION_CHECK_FLAG} "
+                    f"flag")
+        if model not in PAIRINGS:
+            return (f"not traced: no module pairing facts for {model} "
+                    f"(harness/contracts/data/trace_pairing.json)")
+        if args.get("load"):
+            return "not traced: a resumed run's steps depend on the checkpoint it loads"
+        return None
+
+    def trace_pairing(self, model: str) -> Pairing | None:
+        return PAIRINGS.get(model)
 
     def baseline_flags(self, model: str, args: dict) -> dict:
         """The PyTorch baseline's flags: InfiniTrain's semantics (harness.contracts.semantics),

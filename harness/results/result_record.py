@@ -178,7 +178,19 @@ class ResultRecord:
         "folder, whether this session built it, its command and flags; `gradients` the first "
         "step's gradients against the live baseline's where the case dumped them (the "
         "self-check's `gradients` format, under the bundled trainer's parameter names, "
-        "harness.baseline.gradients), else null with `gradients_reason` saying why")
+        "harness.baseline.gradients), else null with `gradients_reason` saying why; "
+        "`trace` step 1 module by module against the live baseline (the `trace` field's "
+        "format; a divergence fails the check), or why it was not taken")
+    trace: dict | None = doc(
+        "the module-level trace (`--harness-trace`, harness.runner.trace), null where none "
+        "was due: `{status, reason, step, partner, line, first_diverging, last_matched, "
+        "modules, unpaired: {run, partner}, thresholds: {atol, rtol, source}, cost: {seconds, "
+        "peak_bytes, tensors, bytes_read, kept_bytes}}`; `status` `diverged`, `matched`, "
+        "`skipped` or `error` (with the reason); `partner` `reference` or `pytorch "
+        "baseline`; each module entry `{module, phase, index, rank, order, shape, max_abs, "
+        "max_ref, threshold, ratio, ok, pieces, note}` in execution order (max |d| against "
+        "atol + rtol * max |partner|; `inf` for a NaN, an Inf or a shape no slice explains)",
+        omit_none=True)
     calibration: dict | None = doc(
         "which scale-free thresholds the case was judged with (docs/harness_guide.md, "
         "Calibration): `{file, gradients_noise, loss_noise, thresholds: {loss, gradients}, "

@@ -72,6 +72,7 @@ from .checkpoints import (
 from .diagnosis import SELF_CHECK, crash_text, mismatch_text
 from .planned_layout import layout_from_flags, layout_problem, num_layers
 from .record import assemble, now
+from .trace import Tracer, trace_lines
 from .settings import Outcome, Settings
 from .stages import (
     CasePlan,
@@ -133,7 +134,7 @@ class UnavailableBackend:
         raise BackendUnavailable(self.problem)
 
     version = identities = unsupported = gradients_unavailable = gradient_shards = \
-        first_step = baseline_flags = \
+        first_step = trace_unavailable = trace_pairing = baseline_flags = \
         launch = command = environment = collect = rank_logs = failing_rank = \
         working_dir = _unavailable
 
@@ -298,8 +299,10 @@ class CaseRunner:
         reached.judged = judged = self.judge(planned, collected, reference.entry)
         reached.baseline = self.baseline(planned, collected)
         reached.compare_s = time.time() - t
+        reached.trace = Tracer(self).locate(planned, collected, judged, reached.baseline)
         reached.settled = settled = self.settle(planned, ran.launched, reference.entry,
-                                                collected, judged, reached.baseline)
+                                                collected, judged, reached.baseline,
+                                                reached.trace)
         return settled.outcome
 
     def plan(self, case: Case, layout: dict | None) -> CasePlan | Outcome:
@@ -389,15 +392,21 @@ class CaseRunner:
             return BaselineCheck(given, "skipped", reason="the bundled trainer is the PyTorch "
                                  "baseline itself; a baseline checks a foreign trainer")
         if given == PYTORCH:
-            if self._live is None:
-                self._live = LiveBaseline(self.settings, self.run_one_device, self.progress)
             gradients, why_not = self.baseline_gradients(planned, collected)
-            return self._live.check(self.backend, case.model, case.name, case.args,
-                                    collected.outputs.steps, planned.checkpoint,
-                                    planned.input_bin, self.first_step(planned.flags),
-                                    gradients, why_not)
+            check = self.live_baseline().check(
+                self.backend, case.model, case.name, case.args, collected.outputs.steps,
+                planned.checkpoint, planned.input_bin, self.first_step(planned.flags),
+                gradients, why_not)
+            # step 1 module by module: part of the check (harness.runner.trace)
+            return Tracer(self).baseline_module_check(planned, collected, check)
         return recorded_check(Path(given), case, collected.outputs.steps,
                               self.first_step(planned.flags))
+
+    def live_baseline(self) -> LiveBaseline:
+        """The PyTorch baseline's runner (made on first use, kept for the session)."""
+        if self._live is None:
+            self._live = LiveBaseline(self.settings, self.run_one_device, self.progress)
+        return self._live
 
     def baseline_gradients(self, planned: CasePlan,
                            collected: Collected) -> tuple[GradientRequest | None, str | None]:
@@ -419,7 +428,7 @@ class CaseRunner:
 
     def settle(self, planned: CasePlan, launched: Launched, reference: ReferenceEntry,
                collected: Collected, judged: Judged,
-               baseline: BaselineCheck | None = None) -> Settled:
+               baseline: BaselineCheck | None = None, trace: dict | None = None) -> Settled:
         """Calibration measurements, the dumps kept or removed, the outcome."""
         case, spec, verdict = planned.case, launched.spec, judged.verdict
         # before the dumps are settled: the fp64 ratio reads the run's gradients
@@ -443,6 +452,7 @@ class CaseRunner:
                                                 "run): passed"]) + lines + baseline.lines()
         # The header (the record's reason, the bisect's verdict line) names what it differs
         # from: a self-check that passed is not "differs from the single-device reference".
+        lines += trace_lines(trace)
         against = (() if verdict.ok else (SELF_CHECK,)) + \
             ((f"the {baseline.source} baseline",) if baseline_failed else ())
         return settled(Outcome("failed", mismatch_text(case, lines, spec.output_dir,

@@ -95,7 +95,8 @@ def _judged_fields(reached: Reached) -> dict[str, Any]:
     fields: dict[str, Any] = {
         # where gradients cannot be compared the plan said why, and the verdict keeps that
         "gradients": plan.gradients_note if plan is not None else None,
-        "baseline": reached.baseline.record() if reached.baseline is not None else None}
+        "baseline": reached.baseline.record() if reached.baseline is not None else None,
+        "trace": reached.trace}
     if collected is not None and collected.failure is not None:
         fields["self_check"] = "failed"
     if judged is not None:

@@ -147,6 +147,11 @@ class Options:
         "--harness-keep-dumps", "failed", choices=("failed", "all", "none"),
         help="gradient dumps kept once diffed: failing cases' (default), all, none; every "
              "parameter's summary stays in the record")
+    trace: str = _option(
+        "--harness-trace", "failed", choices=("failed", "all", "none"),
+        help="which cases get a module-level trace (every module's output and gradient at one "
+             "step, the case's run against its partner's, named at the first module that "
+             "differs; docs/harness_guide.md): failed cases (default), all, none")
     nnodes: int = _option(
         "--harness-nnodes", 1, metavar="N", type=int,
         help="the most nodes a case may span: one torchrun agent per node, joined by a c10d "
@@ -389,6 +394,8 @@ class Settings:
     launcher: str = _default("launcher")
     # gradient dumps kept after the diff: failed | all | none
     keep_dumps: str = _default("keep_dumps")
+    # module-level traces taken (harness.runner.trace): failed | all | none
+    trace: str = _default("trace")
     # compare against golden records here (harness.reference.golden)
     golden_dir: Path | None = _default("golden_dir")
     # record the references used as golden records here
@@ -413,7 +420,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         table = option_fields()
-        for name in ("device", "launcher", "keep_dumps", "scheduler"):  # the options' choices
+        for name in ("device", "launcher", "keep_dumps", "trace", "scheduler"):  # the options' choices
             value, allowed = getattr(self, name), table[name].choices
             if name == "launcher":  # those registered now: a launcher may be added at run time
                 allowed = ("auto", *launcher_names())

@@ -237,6 +237,7 @@ class Reached:
         self.judged: Judged | None = None
         self.baseline: BaselineCheck | None = None
         self.compare_s: float | None = None
+        self.trace: dict | None = None  # the module-level trace (harness.runner.trace)
         self.settled: Settled | None = None
 
     def keep_lease(self, leased: Leased) -> None:  # stages.run's on_lease

@@ -33,7 +33,7 @@ def _harness_group_options(pytestconfig) -> dict[str, object]:
 def test_every_harness_option_pytest_knows_comes_from_the_table(pytestconfig):
     declared = _harness_group_options(pytestconfig)
     table = {flag for flag, _ in declarations() + declarations(late=True)}
-    assert set(declared) == table and len(table) == 24  # 23 at addoption, 1 late
+    assert set(declared) == table and len(table) == 25  # 24 at addoption, 1 late
 
 
 def test_each_option_default_is_the_dataclass_default(pytestconfig):

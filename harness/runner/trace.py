@@ -1,0 +1,210 @@
+"""The trace stage: a case's step rerun with every module's output and gradient dumped, beside
+its partner's, and compared module by module (harness.compare.trace).
+
+Two uses:
+
+- **Locating** (`--harness-trace failed|all|none`, default failed): a case that failed (or
+  every case, under `all`) is rerun to its first diverging step N (the loss's; 1 where only the
+  first step's gradients differed) with InfiniTrain's `--precision_check`, and so is its
+  partner: the single-device reference when the self-check failed, the PyTorch baseline when
+  only the baseline did. The record's `trace` and the failure text then name the first module
+  whose numbers part.
+- **Judging** (`--harness-baseline pytorch`): a module-level comparison of step 1 with the
+  PyTorch baseline is part of the baseline check (`baseline.trace`), so a kernel bug too small
+  to move the loss past its threshold still fails, at its module.
+
+A trace rerun drops the case's own output paths and its checkpoint and resume flags (it must
+not write where a resumed case reads), and pins a schedule that spans `num_iteration` to the
+case's own length, so cutting the run at step N leaves steps 1..N as they were. The tensors
+are removed once compared, but for the first diverging pair and the last matched one where
+`--harness-keep-dumps` keeps a failed case's dumps.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from harness.baseline.live import BaselineCheck, with_module_check
+from harness.compare.dumps import keeps
+from harness.compare.trace import Naming, TraceThresholds, compare_traces, not_traced
+from harness.contracts.flags import FLAG_TABLE, run_private
+from harness.contracts.trace import PRECISION_CHECK_FLAG, TraceError, precision_check_value
+
+from .stages import Collected, Judged, RunTarget, CasePlan
+
+TRACE_POLICIES = ("failed", "all", "none")
+REFERENCE, BASELINE = "reference", "pytorch baseline"
+
+# Per-tensor thresholds: max |d| <= atol + rtol * max |partner|. Chosen from the noise measured
+# between the two sides at step 1 (docs/benchmarks.md section 15, "Module traces"): float32
+# InfiniTrain master (CPU) against the bundled PyTorch trainer, and the bundled trainer against
+# itself across layouts; bfloat16 from its 8-bit mantissa (2^-8 = 3.9e-3 per rounding).
+TRACE_THRESHOLDS = {
+    "float32": TraceThresholds(1e-6, 1e-4, "docs/benchmarks.md section 15: float32 noise "
+                               "between InfiniTrain and PyTorch at step 1"),
+    "bfloat16": TraceThresholds(1e-3, 5e-2, "bfloat16's 2^-8 rounding, compounded over a "
+                                "block"),
+}
+
+
+def thresholds_for(dtype: str | None) -> TraceThresholds:
+    return TRACE_THRESHOLDS.get(dtype or "float32", TRACE_THRESHOLDS["float32"])
+
+
+def trace_flags(flags: dict, step: int, folder: Path) -> dict:
+    """The flags of a run cut at `step` with its trace written into `folder`: the run's own
+    output paths and its checkpoint / resume flags dropped, a schedule over num_iteration
+    pinned to the case's length."""
+    kept = {k: v for k, v in flags.items()
+            if not run_private(k) and (FLAG_TABLE[k].role != "resume" if k in FLAG_TABLE
+                                       else True)}
+    length = int(flags.get("num_iteration", FLAG_TABLE["num_iteration"].default))
+    if "lr_decay_style" in kept and not int(kept.get("lr_decay_iters") or 0):
+        kept["lr_decay_iters"] = length  # 0 means "num_iteration": keep the case's
+    kept["num_iteration"] = step
+    kept[PRECISION_CHECK_FLAG] = precision_check_value(folder)
+    return kept
+
+
+def first_failing_step(judged: Judged | None, baseline: BaselineCheck | None,
+                       partner: str) -> int:
+    """The step to trace: the loss's first diverging step against that partner; 1 where the
+    loss agreed (the first step's gradients are what differed)."""
+    if partner == REFERENCE and judged is not None and judged.verdict.loss is not None:
+        first = judged.verdict.loss.first
+        return int(first[0]) if first is not None else 1
+    if partner == BASELINE and baseline is not None and baseline.verdict is not None:
+        return int(baseline.verdict.first_diverging_step or 1)
+    return 1
+
+
+def stage_layers(layout: dict | None, world_size: int, pp: int) -> dict[int, tuple[int, ...]]:
+    """Each rank's stage's global layers, sorted, for a trainer that numbers a stage's layers
+    from 0 (InfiniTrain). The pipeline axis is the slowest of the rank layout, TP then DP
+    inside it (InfiniTrain master@b24d92f:infini_train/include/nn/parallel/global.h:17
+    order {TP, DP, PP}; the bundled trainer's world.py alike)."""
+    if pp <= 1 or not isinstance(layout, dict) or not layout.get("chunks"):
+        return {}
+    per_stage = world_size // pp
+    layers: dict[int, list[int]] = {}
+    for stage, start, end in layout["chunks"]:
+        layers.setdefault(int(stage), []).extend(range(int(start), int(end)))
+    return {rank: tuple(sorted(layers.get(rank // per_stage, [])))
+            for rank in range(world_size)}
+
+
+def trace_lines(trace: dict | None) -> list[str]:
+    """The failure text's trace part: where the numbers part, or why no trace says so."""
+    if trace is None:
+        return []
+    if trace["status"] in ("diverged", "matched"):
+        return [f"trace of step {trace['step']} against the {trace['partner']}: "
+                f"{trace['line']}"]
+    return [f"trace of step {trace['step']} against the {trace['partner']}: "
+            f"{trace['status']}: {trace['reason']}"]
+
+
+class Tracer:
+    """Takes a case's traces through the case runner's own stages (lease, launch, collect):
+    `runner` is the CaseRunner (its backend, settings, run_target, live baseline)."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+
+    # ----------------------------------------------------------------- the baseline's check
+
+    def baseline_module_check(self, planned: CasePlan, collected: Collected,
+                              check: BaselineCheck) -> BaselineCheck:
+        """Step 1, module by module, against the PyTorch baseline: part of the baseline
+        check where both sides can be traced; a reason in `baseline.trace` where not."""
+        runner, case = self.runner, planned.case
+        if check.status in ("skipped", "error") or check.source.split()[0] != "pytorch":
+            return check
+        why = runner.backend.trace_unavailable(case.model, planned.flags)
+        if why is None and case.world_size > 1:
+            why = ("not traced: the baseline's module check runs on one-device cases (a "
+                   "multi-rank case is traced against its reference when it fails)")
+        if why is not None:
+            return with_module_check(check, not_traced("skipped", why, 1, BASELINE))
+        trace = self._pair(planned, 1, BASELINE, "baseline-trace",
+                           failed=check.status == "failed")
+        return with_module_check(check, trace)
+
+    # ------------------------------------------------------------------------- locating
+
+    def locate(self, planned: CasePlan, collected: Collected, judged: Judged,
+               baseline: BaselineCheck | None) -> dict | None:
+        """The case's trace under `--harness-trace`, or None where none is due."""
+        runner, case = self.runner, planned.case
+        policy = runner.settings.trace
+        self_failed = not judged.verdict.ok
+        base_failed = baseline is not None and baseline.status == "failed"
+        if policy == "none" or (policy == "failed" and not (self_failed or base_failed)):
+            return None
+        partner = BASELINE if base_failed and not self_failed else REFERENCE
+        step = first_failing_step(judged, baseline, partner)
+        if partner == BASELINE and step == 1 and baseline.trace is not None \
+                and baseline.trace.get("status") == "diverged":
+            return None  # the baseline's own module check at step 1 located it
+        why = runner.backend.trace_unavailable(case.model, planned.flags)
+        if why is not None:
+            return not_traced("skipped", why, step, partner)
+        return self._pair(planned, step, partner, "trace", failed=self_failed or base_failed,
+                          layout=collected.layout)
+
+    # ---------------------------------------------------------------------------- shared
+
+    def _pair(self, planned: CasePlan, step: int, partner: str, name: str, failed: bool,
+              layout: dict | None = None) -> dict:
+        """Both sides run to `step` with their traces (in the case's folder `name`), then
+        compared."""
+        runner, case = self.runner, planned.case
+        folder = planned.out / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        run_flags = trace_flags(planned.flags, step, folder / "run" / "dump")
+        run = RunTarget(f"{case.name}-trace", case.model, run_flags, case.world_size,
+                        planned.checkpoint, planned.input_bin, folder / "run",
+                        gradients=False, port=case.world_size > 1)
+        pairing = runner.backend.trace_pairing(case.model)
+        if partner == REFERENCE:
+            ref_flags = trace_flags(runner.run_flags(case, reference=True), step,
+                                    folder / "partner" / "dump")
+            world = case.reference_world_size
+            target = RunTarget("reference-trace", case.model, ref_flags, world,
+                               planned.checkpoint, planned.input_bin, folder / "partner",
+                               gradients=False, port=world > 1)
+            backend = runner.backend
+            # same trainer on both sides: names as they are, a stage's layers made global
+            naming = Naming(None, stage_layers(layout, case.world_size, case.pp)
+                            if pairing is not None and pairing.stage_local_layers else {})
+        else:
+            try:
+                flags = runner.backend.baseline_flags(case.model, case.args)
+            except ValueError as error:
+                return not_traced("skipped", f"not traced: {error}", step, partner)
+            family = flags.pop("model")
+            base_flags = trace_flags(flags, step, folder / "partner" / "dump")
+            target = RunTarget("baseline-trace", family, base_flags, 1, planned.checkpoint,
+                               planned.input_bin, folder / "partner", gradients=False,
+                               port=False)
+            backend = runner.live_baseline().backend
+            naming = Naming(pairing, stage_layers(layout, case.world_size, case.pp)
+                            if pairing is not None and pairing.stage_local_layers else {})
+        for name, target_, backend_ in (("the case's", run, runner.backend),
+                                        (f"the {partner}'s", target, backend)):
+            ran = runner.run_target(target_, backend_)
+            if ran.failed:
+                result = ran.launched.result
+                return not_traced("error", f"{name} traced run to step {step} failed: "
+                                  f"{ran.outputs.problem or f'exit code {result.returncode}'}"
+                                  f" (log {result.stderr})", step, partner)
+        try:
+            diff = compare_traces(folder / "run" / "dump", folder / "partner" / "dump", naming,
+                                  thresholds_for(case.flags.get("dtype")), step=step,
+                                  partner=partner,
+                                  keep_first=keeps(runner.settings.keep_dumps, not failed))
+        except TraceError as error:
+            return not_traced("error", f"trace unreadable: {error}", step, partner)
+        return diff.to_dict()
