@@ -139,6 +139,7 @@ MODULES: dict[str, str] = {
     "tests/report/test_session_header.py": UNIT,
     "tests/report/test_throughput.py": UNIT,
     "tests/report/test_throughput_grouping.py": UNIT,
+    "tests/report/test_trace_figure.py": HEAVY,
     "tests/report/test_verdict_plot.py": UNIT,
     "tests/report/test_workflow.py": UNIT,
     "tests/results/test_summary.py": UNIT,

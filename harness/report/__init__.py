@@ -11,6 +11,8 @@ Data (records in, facts out; no markdown):
     session_diff.py            two sessions matched by case: status changes, speed, settings
     throughput.py              layout groups: tokens/s of cases differing only in layout
     steps.py                   the step number of each loss (a resumed run starts late)
+    trace.py                   a case's module traces (`trace`, `baseline.trace`): the points
+                               of the picture, first diverging / last matched, its markdown
 
 Writing (markdown, figures, files):
 
@@ -20,6 +22,7 @@ Writing (markdown, figures, files):
     baseline.py                the "Baseline check" section: each case's baseline verdict
                                beside its self-check, the divergence step by step
     plots.py                   PNG figures beside the markdown
+    trace_plot.py              the module trace picture of each traced case
     document.py                the report: sections in reading order, plots linked
     cli.py                     `python -m harness.report`
     artifacts.py               `python -m harness.report.artifacts`: failing cases' folders

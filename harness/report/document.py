@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.results.reading import Session
 
-from . import baseline, markdown, plots
+from . import baseline, markdown, plots, trace_plot
 from .case_view import CaseView, view
 from .session_diff import compare
 from .session_diff_markdown import comparison as comparison_section
@@ -45,6 +45,7 @@ def build(session: Session, path: Path, previous: Session | None = None,
                                             previous.header, session.header))
     lines += baseline.section(session.records, divergence_links)
     lines += markdown.failures(views, grad_links)
+    lines += markdown.module_traces(views)
     lines += markdown.cases_table(views)
     lines += markdown.throughput(layout_groups(views))
     if loss_links:
@@ -63,6 +64,8 @@ def _plots(views: list[CaseView], path: Path, images: list[Path]):
     loss_links = _per_model(views, "loss", plots.loss_figure, path, images)
     # the verdict pictures: each failing case's, and the closest passing case of each group
     images.extend(plots.draw_verdicts([v.record for v in views], path.parent, stem).values())
+    # the module trace pictures: every trace (and baseline trace) that compared modules
+    images.extend(trace_plot.draw_traces([v.record for v in views], path.parent, stem).values())
     grad_links: dict[str, str] = {}
     for v in views:
         if v.status in ("failed", "error"):

@@ -24,6 +24,8 @@ from .case_view import (
 )
 from .plots import verdict_link
 from .throughput import LayoutGroup
+from .trace import NOTE as TRACE_NOTE
+from .trace import trace_lines, traced_elsewhere, traces_of
 
 STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped",
                "error": "💥 error"}
@@ -391,6 +393,8 @@ def failures(views: list[CaseView], plot_links: dict[str, str]) -> list[str]:
     lines = ["## Failures", ""]
     if any(verdict_link(v.record) for v in bad):
         lines += [f"Gradient pictures: {VERDICT_NOTE}", ""]
+    if any(traces_of(v.record) for v in bad):
+        lines += [TRACE_NOTE, ""]
     for v in bad:
         lines += [f"### `{v.name}`: {v.status}", ""]
         record = v.record
@@ -401,6 +405,7 @@ def failures(views: list[CaseView], plot_links: dict[str, str]) -> list[str]:
         lines += _verdict_picture(v)
         if v.name in plot_links:
             lines += [f"![gradient error of {v.name}]({plot_links[v.name]})", ""]
+        lines += trace_lines(record, v.name)
         lines += _log_lines(record)
         errors = [e for e in record.get("errors") or [] if e]
         if errors:
@@ -408,6 +413,13 @@ def failures(views: list[CaseView], plot_links: dict[str, str]) -> list[str]:
                       *"\n\n".join(str(e) for e in errors).replace("```", "'''").splitlines(),
                       "```", "", "</details>", ""]
     return lines + closest_passing(views)
+
+
+def module_traces(views: list[CaseView]) -> list[str]:
+    """The module traces of the cases the Failures section does not show (a passing case
+    traced under `all`); a failed or errored case's traces are in its own section."""
+    shown = {v.name for v in views if v.status in ("failed", "error")}
+    return traced_elsewhere([v.record for v in views], shown)
 
 
 def _crash_lines(record: dict) -> list[str]:
