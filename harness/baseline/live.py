@@ -28,6 +28,8 @@ from harness.contracts.semantics import BaselineUnmatched
 from harness.launch import HarnessBackend
 from harness.reference import ReferenceCache, ReferenceError, reference_key
 
+from harness.contracts.trace import trace_flags
+
 from .gradients import GradientRequest, compare_with_baseline
 
 PYTORCH = "pytorch"
@@ -231,6 +233,30 @@ class LiveBaseline:
                       [float(s["loss"]) for s in steps], flags["dtype"], first_step, run,
                       gradients=diff, gradients_reason=gradients_reason,
                       base_lrs=[s.get("lr") for s in steps])  # None: judge_lr names it
+
+    def trace_dump(self, subject, model: str, args: dict, checkpoint: Path, input_bin: Path,
+                   step: int) -> Path:
+        """The PyTorch baseline's module-level trace of `step` for these case flags (its
+        --precision_check folder), cached as its runs are: once per key. BaselineUnmatched
+        where no flags compute the case; ReferenceError where its run failed."""
+        flags = subject.baseline_flags(model, args)
+        family = flags.pop("model")
+        key = reference_key(family, {"checkpoint": checkpoint, "input_bin": input_bin},
+                            {**trace_flags(flags, step, "<entry>/trace"), "baseline": PYTORCH},
+                            self.settings.device, self.backend.version())
+
+        def build(folder: Path) -> dict:
+            ran = self.run(self.backend, "baseline-trace", family,
+                           trace_flags(flags, step, folder / "trace"), checkpoint, input_bin,
+                           folder, False)
+            result = ran.launched.result
+            if ran.failed:
+                raise ReferenceError(f"the PyTorch baseline's traced run to step {step} failed:"
+                                     f" {ran.outputs.problem or f'exit code {result.returncode}'}"
+                                     f" (log {result.stderr})")
+            return {"command": list(result.argv), "duration_s": result.duration_s}
+
+        return self.cache.get_or_build(key, build).path / "trace"
 
     def _build(self, model: str, case_name: str, flags: dict, checkpoint: Path,
                input_bin: Path, folder: Path, gradients: bool = False) -> dict:

@@ -233,10 +233,11 @@ def _fits(piece: tuple[int, ...], whole: tuple[int, ...]) -> bool:
 
 def compare_traces(run_folder: str | Path, partner_folder: str | Path, naming: Naming,
                    thresholds: TraceThresholds, *, step: int, partner: str,
-                   remove: bool = True, keep_first: bool = False) -> TraceDiff:
-    """The run's trace against the partner's. `remove`: each tensor file is deleted once
-    compared (and the unpaired ones at the end), the logs kept; `keep_first` keeps the first
-    diverging pair's and the last matched pair's files. TraceError: a folder or log that is
+                   remove: bool = True, remove_partner: bool = True,
+                   keep_first: bool = False) -> TraceDiff:
+    """The run's trace against the partner's. `remove`: the tensor files are deleted once
+    compared, the logs kept (`remove_partner` False: the partner's stay, a cached trace);
+    `keep_first` keeps the first diverging pair's and the last matched pair's files. TraceError: a folder or log that is
     not a trace (the caller records it as the trace's error)."""
     started = time.time()
     run_root, partner_root = find_trace_root(run_folder), find_trace_root(partner_folder)
@@ -322,7 +323,7 @@ def compare_traces(run_folder: str | Path, partner_folder: str | Path, naming: N
             if m is not None:
                 kept.update(files_of[m.order])
     if remove:
-        for folder in {run_root, partner_root}:
+        for folder in {run_root, *([partner_root] if remove_partner else [])}:
             for path in folder.glob("rank_*/*.npy"):
                 if path not in kept:
                     path.unlink(missing_ok=True)

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import jsonschema
 
+from .flags import FLAG_TABLE, run_private
+
 PRECISION_CHECK_FLAG = "precision_check"
 PHASES = ("forward", "backward")
 # YYYYMMDD_HHMMSS: precision_check_config.cc names the run's folder by its start time
@@ -49,6 +51,22 @@ class TraceError(ValueError):
 def precision_check_value(path: str | Path) -> str:
     """The flag's value for a module-level trace with every tensor saved into `path`."""
     return f"level=1,save_tensors=true,path={path}"
+
+
+def trace_flags(flags: dict, step: int, folder: str | Path) -> dict:
+    """The flags of a run cut at `step` with its trace written into `folder`: the run's own
+    output paths (run-private) and its checkpoint / resume flags dropped (a trace rerun must
+    not write where a resumed case reads), a schedule over num_iteration pinned to the case's
+    length (lr_decay_iters 0 means num_iteration: cutting the run must not change steps
+    1..step)."""
+    kept = {k: v for k, v in flags.items()
+            if not run_private(k) and not (k in FLAG_TABLE and FLAG_TABLE[k].role == "resume")}
+    length = int(flags.get("num_iteration", FLAG_TABLE["num_iteration"].default))
+    if "lr_decay_style" in kept and not int(kept.get("lr_decay_iters") or 0):
+        kept["lr_decay_iters"] = length
+    kept["num_iteration"] = int(step)
+    kept[PRECISION_CHECK_FLAG] = precision_check_value(folder)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -280,3 +298,29 @@ def globalize_layer(name: str, stage_layers: list[int] | tuple[int, ...]) -> str
         raise TraceError(f"{name}: local layer {local} on a stage of {len(stage_layers)} "
                          f"layers ({list(stage_layers)}); expected fewer")
     return f"{match.group('head')}{stage_layers[local]}{match.group('tail')}"
+
+
+def pairing_table() -> list[str]:
+    """The pairing facts as a markdown table (docs/infinitrain.md holds it; a test keeps the
+    two equal)."""
+    lines = ["| program | InfiniTrain module | bundled trainer's | why | source |",
+             "| --- | --- | --- | --- | --- |"]
+    for pairing in PAIRINGS.values():
+        lines.append(f"| {pairing.program} | `{pairing.prefix}<name>` | `<name>` | the prefix "
+                     f"| {_cell(pairing.prefix_source)} |")
+        if pairing.stage_local_layers:
+            lines.append(f"| {pairing.program} | `{pairing.prefix}h.<k>` on a pipeline stage | "
+                         f"`h.<the stage's k-th layer>` | a stage numbers its layers from 0 | "
+                         f"{_cell(pairing.stage_local_source)} |")
+        for fact in pairing.facts:
+            lines.append(f"| {pairing.program} | {_code(fact.subject)} | {_code(fact.bundled)} "
+                         f"| {_cell(fact.why)} | {_cell(fact.source)} |")
+    return lines
+
+
+def _code(name: str | None) -> str:
+    return "none" if name is None else f"`{name}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

@@ -28,8 +28,8 @@ from pathlib import Path
 from harness.baseline.live import BaselineCheck, with_module_check
 from harness.compare.dumps import keeps
 from harness.compare.trace import Naming, TraceThresholds, compare_traces, not_traced
-from harness.contracts.flags import FLAG_TABLE, run_private
-from harness.contracts.trace import PRECISION_CHECK_FLAG, TraceError, precision_check_value
+from harness.contracts.trace import TraceError, trace_flags
+from harness.reference import ReferenceError
 
 from .stages import Collected, Judged, RunTarget, CasePlan
 
@@ -50,21 +50,6 @@ TRACE_THRESHOLDS = {
 
 def thresholds_for(dtype: str | None) -> TraceThresholds:
     return TRACE_THRESHOLDS.get(dtype or "float32", TRACE_THRESHOLDS["float32"])
-
-
-def trace_flags(flags: dict, step: int, folder: Path) -> dict:
-    """The flags of a run cut at `step` with its trace written into `folder`: the run's own
-    output paths and its checkpoint / resume flags dropped, a schedule over num_iteration
-    pinned to the case's length."""
-    kept = {k: v for k, v in flags.items()
-            if not run_private(k) and (FLAG_TABLE[k].role != "resume" if k in FLAG_TABLE
-                                       else True)}
-    length = int(flags.get("num_iteration", FLAG_TABLE["num_iteration"].default))
-    if "lr_decay_style" in kept and not int(kept.get("lr_decay_iters") or 0):
-        kept["lr_decay_iters"] = length  # 0 means "num_iteration": keep the case's
-    kept["num_iteration"] = step
-    kept[PRECISION_CHECK_FLAG] = precision_check_value(folder)
-    return kept
 
 
 def first_failing_step(judged: Judged | None, baseline: BaselineCheck | None,
@@ -179,21 +164,22 @@ class Tracer:
             # same trainer on both sides: names as they are, a stage's layers made global
             naming = Naming(None, stage_layers(layout, case.world_size, case.pp)
                             if pairing is not None and pairing.stage_local_layers else {})
-        else:
+        else:  # the PyTorch baseline's trace, cached as its runs are
             try:
-                flags = runner.backend.baseline_flags(case.model, case.args)
-            except ValueError as error:
+                partner_dump = runner.live_baseline().trace_dump(
+                    runner.backend, case.model, case.args, planned.checkpoint,
+                    planned.input_bin, step)
+            except ValueError as error:  # BaselineUnmatched: no flags compute the case
                 return not_traced("skipped", f"not traced: {error}", step, partner)
-            family = flags.pop("model")
-            base_flags = trace_flags(flags, step, folder / "partner" / "dump")
-            target = RunTarget("baseline-trace", family, base_flags, 1, planned.checkpoint,
-                               planned.input_bin, folder / "partner", gradients=False,
-                               port=False)
-            backend = runner.live_baseline().backend
+            except ReferenceError as error:
+                return not_traced("error", str(error).splitlines()[0], step, partner)
             naming = Naming(pairing, stage_layers(layout, case.world_size, case.pp)
                             if pairing is not None and pairing.stage_local_layers else {})
-        for name, target_, backend_ in (("the case's", run, runner.backend),
-                                        (f"the {partner}'s", target, backend)):
+        runs = [("the case's", run, runner.backend)]
+        if partner == REFERENCE:
+            runs.append((f"the {partner}'s", target, backend))
+            partner_dump = folder / "partner" / "dump"
+        for name, target_, backend_ in runs:
             ran = runner.run_target(target_, backend_)
             if ran.failed:
                 result = ran.launched.result
@@ -201,9 +187,10 @@ class Tracer:
                                   f"{ran.outputs.problem or f'exit code {result.returncode}'}"
                                   f" (log {result.stderr})", step, partner)
         try:
-            diff = compare_traces(folder / "run" / "dump", folder / "partner" / "dump", naming,
+            # a cached baseline trace stays for the next case and session
+            diff = compare_traces(folder / "run" / "dump", partner_dump, naming,
                                   thresholds_for(case.flags.get("dtype")), step=step,
-                                  partner=partner,
+                                  partner=partner, remove_partner=partner == REFERENCE,
                                   keep_first=keeps(runner.settings.keep_dumps, not failed))
         except TraceError as error:
             return not_traced("error", f"trace unreadable: {error}", step, partner)
