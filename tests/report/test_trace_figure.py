@@ -279,8 +279,6 @@ def test_a_passing_case_traced_shows_under_module_traces(tmp_path):
     assert "*every compared module matched*" in section_text
 
 
-@pytest.mark.xfail("trace" not in FIELDS, strict=True,
-                   reason="the result record has no `trace` field yet: read_session drops it")
 def test_python_m_harness_report_renders_the_picture(tmp_path, capsys):
     from harness.report.cli import main
 
