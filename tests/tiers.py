@@ -75,6 +75,7 @@ MODULES: dict[str, str] = {
     "tests/infinitrain/test_infinitrain_config.py": TORCHRUN,
     "tests/infinitrain_standin/test_branches_standin.py": SUBPROCESS,
     "tests/infinitrain_standin/test_model.py": UNIT,
+    "tests/infinitrain_standin/test_precision_check_standin.py": SUBPROCESS,
     "tests/infinitrain_standin/test_standin.py": SUBPROCESS,
     "tests/launch/test_backends.py": UNIT,
     "tests/launch/test_binary_facts.py": UNIT,

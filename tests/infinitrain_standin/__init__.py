@@ -49,6 +49,14 @@ whole, sharded ones that rank's TP shard), chosen by ``STANDIN_SHARD_WRITER``; c
 valid JSON, as the real one); resume requires the same topology (as InfiniTrain checks); log files
 only when GLOG_log_dir is set (INFO / WARNING / ERROR files with glog's buffering, see glog.py).
 
+``--precision_check "level=1,save_tensors=true,path=DIR"`` (master's flag, every flavour,
+gpt2 / llama3): precision_check.py emulates master's module-level checker: its parsing and
+failures, ``DIR/<YYYYMMDD_HHMMSS>/precision_check_rank_<R>.log`` and ``rank_<R>/<name>[_idx]_
+<forward|backward>.npy`` with the real binary's names, order and shapes (copied from master's CPU
+runs into precision_check_{gpt2,llama3}_order.txt), values from the stand-in model; TP slices,
+DP ranks and PP stages' local block names (a stand-in convention for the PP order); not level 2's
+function entries, SP or CP. The losses are those of a run without the flag, bit for bit.
+
 Environment variables:
 - ``STANDIN_PLANT="<param name>:<relative scale>"``: in runs with world > 1 only, that parameter's
   gradient is multiplied by (1 + scale) before the optimizer step (dump and later losses move).
@@ -78,6 +86,15 @@ Environment variables:
 - ``STANDIN_PLANT_ROUTER=other_order`` (tiny_mixtral): the MoE router takes the softmax over every
   expert and then the top k (moe_utils.cc's router_pre_softmax branch) instead of the source's
   top k of the logits then the softmax; every run shares it, the baseline's losses see it.
+- ``STANDIN_PLANT_MODULE=<module qualified name>:<scale>`` (gpt2 / llama3, every run, one device
+  too): that module's forward output is multiplied by scale, e.g. ``transformer.h.0.mlp.gelu:1.0001``
+  or the first norm ``transformer.h.0.ln_1:1.0001`` (the stand-in's ln_1 plays LayerNorm for gpt2
+  and RMSNorm for llama3). Plantable: transformer.wte, transformer.wpe (gpt2),
+  TransformerFirstStage, transformer.h.<i> and its ln_1, attn.c_attn, attn.c_proj, attn, ln_2,
+  mlp.c_fc, mlp.gelu (gpt2) / mlp.c_fc2, mlp.silu (llama3), mlp.c_proj, mlp; transformer.ln_f;
+  anything else exits 2. Its backward is left as it was (a forward kernel bug). The loss moves by
+  ~1e-6 relative or not at all; the module's ``--precision_check`` entry moves by the scale and
+  every entry before it stays bit for bit (tests/infinitrain_standin/test_precision_check_standin.py).
 - ``STANDIN_MIXTRAL_CONFIG=file`` (tiny_mixtral): the compiled-in config (config.h's
   TinyMixtralConfig, which the loader CHECKs the header against) is taken to be the checkpoint's
   own header: the emulation of a build compiled with a small config.h (what

@@ -189,6 +189,9 @@ class Numerics:
     lora_scale: float = 0.0
     lora_modules: set = field(default_factory=set)
     frozen_base: bool = False
+    # STANDIN_PLANT_MODULE: (module qualified name, scale): that module's forward output is
+    # multiplied by scale (precision_check.plant_module); None plants nothing
+    plant_module: tuple | None = None
 
 
 class Model:
@@ -307,13 +310,32 @@ class Model:
         loss = F32(-logp.mean(dtype=F32))
         return loss, de
 
+    # ---- module outputs: the planted module (STANDIN_PLANT_MODULE) and the trace ----
+    def _out(self, name: str, y: np.ndarray, rec: dict | None) -> np.ndarray:
+        """Module ``name``'s forward output: scaled when it is the planted module, recorded
+        (per distinct row) when a trace is taken. Unplanted and untraced: ``y`` itself."""
+        plant = self.num.plant_module
+        if plant is not None and plant[0] == name:
+            y = (y * F32(plant[1])).astype(F32)
+        if rec is not None:
+            rec[name] = y
+        return y
+
     # ---- one microbatch: loss and gradients of (loss * scale) ----
-    def forward_backward(self, x: np.ndarray, y: np.ndarray, pos: np.ndarray, scale: float):
+    def forward_backward(self, x: np.ndarray, y: np.ndarray, pos: np.ndarray, scale: float,
+                         trace: dict | None = None):
+        """Loss and gradients of one microbatch. With ``trace`` (a dict), it is filled for
+        precision_check.py: ``trace["forward"]`` module name -> forward output per token
+        (rows in token order; wpe's per position, the loss a scalar), ``trace["backward"]``
+        module name -> the gradient of (loss * scale) w.r.t. that output, per token (the
+        backward run again over the tokens, see _trace_backward). The loss and gradients are
+        those of a call without a trace, bit for bit."""
         cfg, P = self.cfg, self.P
         gpt2 = cfg.family == "gpt2"
         C = cfg.n_embd
         grads: dict[str, np.ndarray] = {}
         n = x.shape[0]
+        rec = {} if trace is not None else None
         # Every token's function depends only on (token, position) (GPT-2) or the token (LLaMA 3),
         # so the forward and backward run once per distinct input; the head weights each
         # distinct row's softmax by its count (exact: the backward is linear in dlogits).
@@ -321,38 +343,52 @@ class Model:
         _, first, inv, cnt = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
         inv = inv.reshape(-1)
         xu, pu = x[first], pos[first]
-        h = P["transformer.wte.weight"][xu]
+        h = self._out("transformer.wte", P["transformer.wte.weight"][xu], rec)
         if gpt2:
-            h = h + P["transformer.wpe.weight"][pu]
+            wpe = P["transformer.wpe.weight"]
+            plant = self.num.plant_module
+            if plant is not None and plant[0] == "transformer.wpe":
+                wpe = (wpe * F32(plant[1])).astype(F32)
+            if rec is not None:  # the module's output: the positions 0..T-1 embedded, (T, C)
+                rec["transformer.wpe"] = wpe[:int(pos.max()) + 1]
+            h = h + wpe[pu]
+        h = self._out("TransformerFirstStage", h, rec)
         caches = []
         for i in range(cfg.n_layer):
             p = f"transformer.h.{i}."
             lc = {"h0": h}
             g1 = P[p + "ln_1.weight"]
-            a = h * g1 + (P[p + "ln_1.bias"] if gpt2 else 0)
+            a = self._out(p + "ln_1", h * g1 + (P[p + "ln_1.bias"] if gpt2 else 0), rec)
             q, lc["qkv"] = self._lin(a, p + "attn.c_attn")
+            q = self._out(p + "attn.c_attn", q, rec)
             z = np.tanh(q)
             s = z[:, :C] + z[:, C:].mean(axis=1, keepdims=True, dtype=F32)
             o, lc["proj"] = self._lin(s, p + "attn.c_proj")
+            o = self._out(p + "attn", self._out(p + "attn.c_proj", o, rec), rec)
             lc["z"] = z
             h = h + o
             lc["h1"] = h
-            m = h * P[p + "ln_2.weight"] + (P[p + "ln_2.bias"] if gpt2 else 0)
+            m = self._out(p + "ln_2", h * P[p + "ln_2.weight"] + (P[p + "ln_2.bias"] if gpt2 else 0), rec)
             u, lc["fc"] = self._lin(m, p + "mlp.c_fc")
+            u = self._out(p + "mlp.c_fc", u, rec)
             if gpt2:
                 f = np.tanh(u)
                 lc["f"] = f
+                f = self._out(p + "mlp.gelu", f, rec)
             else:
                 v, lc["fc2"] = self._lin(m, p + "mlp.c_fc2")
+                v = self._out(p + "mlp.c_fc2", v, rec)
                 tv = np.tanh(v)
-                f = u * tv
                 lc["u"], lc["tv"] = u, tv
+                f = u * self._out(p + "mlp.silu", tv, rec)
             r_, lc["mproj"] = self._lin(f, p + "mlp.c_proj")
-            h = h + r_
+            r_ = self._out(p + "mlp", self._out(p + "mlp.c_proj", r_, rec), rec)
+            h = self._out(f"transformer.h.{i}", h + r_, rec)
             caches.append(lc)
         rs = (F32(1.0) / np.sqrt((h * h).mean(axis=1, keepdims=True, dtype=F32) + NORM_EPS)).astype(F32)
         hf = h * rs  # RMS-normalised final hidden state
-        e = hf * P["transformer.ln_f.weight"] + (P["transformer.ln_f.bias"] if gpt2 else 0)
+        e = self._out("transformer.ln_f",
+                      hf * P["transformer.ln_f.weight"] + (P["transformer.ln_f.bias"] if gpt2 else 0), rec)
         loss, de = self._head(e, inv, y, cnt, scale, n, grads)
         if not self.num.frozen_base:
             _acc(grads, "transformer.ln_f.weight", (de * hf).sum(0))
@@ -360,24 +396,53 @@ class Model:
                 _acc(grads, "transformer.ln_f.bias", de.sum(0))
         dn = de * P["transformer.ln_f.weight"]
         dh = rs * dn - hf * (rs * (dn * hf).mean(axis=1, keepdims=True, dtype=F32))
+        dh = self._backward_layers(dh, caches, grads, None)
+        if not self.num.frozen_base:  # vocabulary-sized: summed as rows, made dense per step
+            grads["transformer.wte.weight"] = RowGradient(P["transformer.wte.weight"].shape, xu, dh)
+            if gpt2:
+                gp = np.zeros_like(P["transformer.wpe.weight"])
+                np.add.at(gp, pu, dh)
+                grads["transformer.wpe.weight"] = gp
+        if trace is not None:
+            trace["forward"] = {k: (v if k == "transformer.wpe" else v[inv]) for k, v in rec.items()}
+            trace["forward"]["lm_head"], trace["forward"]["CrossEntropyLoss"] = self._trace_logits(e)[inv], loss
+            trace["backward"] = self._trace_backward(e, inv, y, scale, n, rs, hf, caches, pos, x.shape[0])
+        return loss, grads
+
+    def _backward_layers(self, dh, caches, grads, rec):
+        """The blocks' backward, last to first, from dh (the gradient at the last block's
+        output); rec (a dict or None) takes each module's output gradient."""
+        cfg, P = self.cfg, self.P
+        gpt2 = cfg.family == "gpt2"
+        C = cfg.n_embd
         for i in reversed(range(cfg.n_layer)):
             p = f"transformer.h.{i}."
             lc = caches[i]
+            if rec is not None:
+                rec[f"transformer.h.{i}"] = rec[p + "mlp"] = rec[p + "mlp.c_proj"] = dh
             # mlp
             df = self._lin_bwd(dh, lc["mproj"], grads)
             if gpt2:
                 du = df * (1 - lc["f"] * lc["f"])
+                if rec is not None:
+                    rec[p + "mlp.gelu"], rec[p + "mlp.c_fc"] = df, du
                 dm = self._lin_bwd(du, lc["fc"], grads)
             else:
                 tv = lc["tv"]
                 du = df * tv
                 dv = df * lc["u"] * (1 - tv * tv)
+                if rec is not None:
+                    rec[p + "mlp.c_fc"], rec[p + "mlp.silu"], rec[p + "mlp.c_fc2"] = du, df * lc["u"], dv
                 dm = self._lin_bwd(du, lc["fc"], grads) + self._lin_bwd(dv, lc["fc2"], grads)
+            if rec is not None:
+                rec[p + "ln_2"] = dm
             if not self.num.frozen_base:
                 _acc(grads, p + "ln_2.weight", (dm * lc["h1"]).sum(0))
                 if gpt2:
                     _acc(grads, p + "ln_2.bias", dm.sum(0))
             dh = dh + dm * P[p + "ln_2.weight"]
+            if rec is not None:
+                rec[p + "attn"] = rec[p + "attn.c_proj"] = dh
             # attention stand-in
             ds = self._lin_bwd(dh, lc["proj"], grads)
             z = lc["z"]
@@ -387,18 +452,75 @@ class Model:
             dz[:, C:] = (ds.sum(axis=1, keepdims=True) / F32(nkv))
             dq = dz * (1 - z * z)
             da = self._lin_bwd(dq, lc["qkv"], grads)
+            if rec is not None:
+                rec[p + "attn.c_attn"], rec[p + "ln_1"] = dq, da
             if not self.num.frozen_base:
                 _acc(grads, p + "ln_1.weight", (da * lc["h0"]).sum(0))
                 if gpt2:
                     _acc(grads, p + "ln_1.bias", da.sum(0))
             dh = dh + da * P[p + "ln_1.weight"]
-        if not self.num.frozen_base:  # vocabulary-sized: summed as rows, made dense per step
-            grads["transformer.wte.weight"] = RowGradient(P["transformer.wte.weight"].shape, xu, dh)
-            if gpt2:
-                gp = np.zeros_like(P["transformer.wpe.weight"])
-                np.add.at(gp, pu, dh)
-                grads["transformer.wpe.weight"] = gp
-        return loss, grads
+        return dh
+
+    # ---- the trace (precision_check.py): per token, only when asked ----
+    def _head_rows(self) -> int:
+        """Rows of the head a TP>1 rank's logits cover: the padded vocabulary (ColumnParallel
+        over it); one device: vocab_size."""
+        return self.P["lm_head.weight"].shape[0] if self.num.tp > 1 else self.cfg.vocab_size
+
+    def _trace_logits(self, e):
+        """lm_head's output per distinct row: e @ lm_head.T over _head_rows()."""
+        Wq = self._r(self.P["lm_head.weight"][:self._head_rows()])
+        return self._r(self._r(e) @ Wq.T)
+
+    def _trace_backward(self, e, inv, y, scale, n, rs, hf, caches, pos, ntok):
+        """Every module's output gradient per token: the head's per token (softmax less the
+        one-hot target, times scale / n, from the step's cached head forward), then the
+        model's own backward (_backward_layers) over the tokens' caches, into scratch grads."""
+        cfg, P = self.cfg, self.P
+        gpt2 = cfg.family == "gpt2"
+        forward = self._head_forward
+        eq = self._r(e)
+        at = forward.rows(eq)
+        row = at[inv]
+        f = F32(scale / n)
+        w = (f / forward.se[row, 0]).astype(F32)  # per token: scale / (n * se)
+        rows_all = self._head_rows()
+        dl = np.zeros((ntok, rows_all), F32)
+        dl[:, :forward.exp.shape[1]] = forward.exp[row] * w[:, None]
+        dl[np.arange(ntok), y] -= f
+        de = None
+        for (a, b), EW in zip(forward.shards, forward.EW):
+            inside = (y >= a) & (y < b)
+            targets = np.zeros((ntok, eq.shape[1]), F32)
+            targets[inside] = forward.Wq[y[inside]]
+            part = w[:, None] * EW[row] - f * targets
+            de = part if de is None else de + part
+        rec = {"CrossEntropyLoss": F32(scale), "lm_head": dl, "transformer.ln_f": de}
+        dn = de * P["transformer.ln_f.weight"]
+        rs_t, hf_t = rs[inv], hf[inv]
+        dh = rs_t * dn - hf_t * (rs_t * (dn * hf_t).mean(axis=1, keepdims=True, dtype=F32))
+        tok_caches = [_tok_cache(lc, inv) for lc in caches]
+        dh = self._backward_layers(dh, tok_caches, {}, rec)
+        rec["TransformerFirstStage"] = rec["transformer.wte"] = dh
+        if gpt2:
+            T = int(pos.max()) + 1
+            rec["transformer.wpe"] = dh.reshape(-1, T, dh.shape[1]).sum(0, dtype=F32)
+        return rec
+
+
+def _tok_cache(lc: dict, inv: np.ndarray) -> dict:
+    """A layer's cache with every per-row array taken per token (rows[inv])."""
+    out = {}
+    for k, v in lc.items():
+        if isinstance(v, dict):  # a linear's cache: its input (and LoRA's hidden) per row
+            v = dict(v)
+            v["x"] = v["x"][inv]
+            if "hA" in v:
+                v["hA"] = v["hA"][inv]
+            out[k] = v
+        else:
+            out[k] = v[inv]
+    return out
 
 
 class _HeadForward:

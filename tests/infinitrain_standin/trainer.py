@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from . import gflags, lr_schedule
+from . import gflags, lr_schedule, precision_check
 from .gflags import Flag
 from .glog import Logger, die_by_signal
 from .model import Config, Model, Numerics, F32, dense, layer_linears, lora_init, param_names, \
@@ -445,6 +445,9 @@ def main(argv: list[str]) -> None:
         fl.setdefault(k, v)
     log = Logger(family, fl)
     t_start = time.perf_counter()
+    # PrecisionCheckConfig::Parse right after the flags (gpt2 main.cc:536): a bad level or
+    # md5_tolerance throws, uncaught (precision_check.py)
+    pc_config = precision_check.parse(fl["precision_check"])
 
     proc_world = int(os.environ.get("PROC_WORLD_SIZE", "1") or 1)
     proc_rank = int(os.environ.get("GLOBAL_PROC_RANK", "0") or 0)
@@ -475,6 +478,8 @@ def main(argv: list[str]) -> None:
                  "", "global.cc:100")
     topo = Topo(world, tp, pp, vpp, cp)
     my_ranks = [proc_rank * nthread + t for t in range(nthread)]
+    # PrecisionCheckEnv::Init after InitAllEnv (gpt2 main.cc:539): the timestamped folder
+    fl["_pc"] = precision_check.PrecisionCheck(pc_config) if pc_config.level != 0 else None
     last_rank = world - 1
     log.info(f"world_size={world} DP={topo.dp} TP={tp} PP={pp} VPP={vpp} ranks={my_ranks}", "global.cc:110")
 
@@ -597,7 +602,8 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                  f"modules={len(lora_mods)}", "lora_utils.cc:400")
     num = Numerics(tp=tp, bf16=dtype == "bfloat16",
                    lora_scale=(fl["lora_alpha"] / fl["lora_rank"]) if fl["lora_rank"] > 0 else 0.0,
-                   lora_modules=lora_mods, frozen_base=bool(lora_mods))
+                   lora_modules=lora_mods, frozen_base=bool(lora_mods),
+                   plant_module=precision_check.plant_module(family, cfg.n_layer))
     model = Model(cfg, P, num)
     if fl["_flavour"] == "master" and family == "gpt2" and tp > 1 and cfg.padded_vocab_size < 50257:
         # master's gpt2 builds VocabParallelCrossEntropyLoss(model_config.original_vocab_size) from
@@ -679,8 +685,11 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
     used_mb = max(1, int(math.ceil(nparams * 4 * 3 / 2**20)))
     reserved_mb = used_mb + 2
 
+    pc = fl["_pc"]
     for step in range(start_step, fl["num_iteration"]):
         t0 = time.perf_counter()
+        if pc is not None:
+            pc.reset_counters()
         crash_here = crash_rank is not None and crash_rank in my_ranks and step + 1 == crash_step
         if crash_here and not crash_signal:
             log.fatal(f"Check failed: planted crash on rank {crash_rank}", "main.cc:420")
@@ -712,6 +721,10 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                 js = [d * nmb + k for k in range(nmb)]
             per = []
             lossf = F32(0)
+            # the global ranks of this process that run DP rank d (their trace entries)
+            pc_ranks = [g_ for g_ in my_ranks if topo.coords(g_)[1] == d and topo.cp_rank(g_) == c] \
+                if pc is not None else []
+            pc_buf = {g_: ([], []) for g_ in pc_ranks}
             for j in js:
                 x, y = unit_batch(step * ga_ref + j)
                 xpos = pos
@@ -721,12 +734,20 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                 if pp == 1:
                     for g_ in my_ranks:
                         log.info(f"Rank {g_}: start forward", where[0])
-                loss, g = model.forward_backward(x, y, xpos, 1.0 / nmb)
+                trace = {} if pc_ranks else None
+                loss, g = model.forward_backward(x, y, xpos, 1.0 / nmb, trace=trace)
+                if trace is not None:
+                    _trace_entries(pc, pc_buf, trace, cfg, topo, stages, B, x.shape[0] // B)
                 if pp == 1:
                     for g_ in my_ranks:
                         log.info(f"Rank {g_}: finish backward", where[1])
                 lossf = F32(lossf + F32(loss / F32(nmb)))
                 per.append(g)
+            for g_, (fw, bw) in pc_buf.items():  # PP (GPipe): the forwards, then the backwards
+                for name, a in fw:
+                    pc.write(g_, name, "forward", a)
+                for name, a in bw:
+                    pc.write(g_, name, "backward", a)
             if pp > 1:  # the schedule's accumulation: pairwise
                 while len(per) > 1:
                     nxt = [_add(per[i], per[i + 1]) for i in range(0, len(per) - 1, 2)]
@@ -801,6 +822,24 @@ def _train(family, fl, log, topo: Topo, my_ranks, last_rank, t_start):
                          (dp - 1) + dp * n * (nmb if pp == 1 else 1), final=True,
                          lr_value=float(lrs[-1]) if lrs else fl["learning_rate"])
     log.info(f"done in {time.perf_counter() - t_start:.3f} s", "main.cc:540")
+
+
+def _trace_entries(pc, buf, trace, cfg, topo: Topo, stages, B, T):
+    """One microbatch's trace entries for each rank in ``buf``: written at once without PP
+    (forward then backward), kept for the end of the step's microbatches under PP (the GPipe
+    schedule: every forward, then every backward)."""
+    for g_, (fw, bw) in buf.items():
+        t_, _d, p_ = topo.coords(g_)
+        layers = [i for i, s_ in enumerate(stages) if s_ == p_]
+        f_, b_ = pc.entries(trace, cfg, B, T, topo.tp, t_, layers, p_ == 0, p_ == topo.pp - 1, topo.pp == 1)
+        if topo.pp == 1:
+            for name, a in f_:
+                pc.write(g_, name, "forward", a)
+            for name, a in b_:
+                pc.write(g_, name, "backward", a)
+        else:
+            fw += f_
+            bw += b_
 
 
 def _lr_plant() -> str | None:
