@@ -189,6 +189,7 @@ MODULES: dict[str, str] = {
     "tests/trainer/test_adam_step_count.py": UNIT,
     "tests/trainer/test_lr_schedule.py": UNIT,
     "tests/trainer/test_lr_schedule_recorded.py": UNIT,
+    "tests/trainer/test_precision_check.py": HEAVY,
     "tests/trainer/test_gradient_dump.py": UNIT,
     "tests/trainer/test_host_memory.py": SUBPROCESS,
     "tests/trainer/test_profiling.py": HEAVY,

@@ -27,6 +27,7 @@ HARNESS_OWNED = {
     "dump_gradients": "the harness dumps gradients when `compare.gradients` is true",
     "dump_parameter_updates": "the harness dumps them when `compare.gradients` is true",
     "profile_layers": "not a precision-test setting",
+    "precision_check": "the harness traces a failed case's modules (--harness-trace)",
 }
 assert set(HARNESS_OWNED) == {f.name for f in FLAGS if f.owner == "harness"}, \
     "HARNESS_OWNED must name exactly the flag table's harness-owned flags"

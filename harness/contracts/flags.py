@@ -231,8 +231,10 @@ FLAGS: tuple[Flag, ...] = (
        source="master@b24d92f:example/gpt2/main.cc:66, example/llama3/main.cc:65"),
     _f("sample_every", int, 0, "sampling every N steps", "output", trainers={INFINITRAIN},
        source="master@b24d92f:example/gpt2/main.cc:67, example/llama3/main.cc:66"),
-    _f("precision_check", str, None, "InfiniTrain's tensor dump config", "output",
-       trainers={INFINITRAIN},
+    _f("precision_check", str, None, "a module-level trace: every module's forward output "
+       "and output gradient, InfiniTrain's format (\"level=1,save_tensors=true,path=DIR\" "
+       "writes DIR/<YYYYMMDD_HHMMSS>/precision_check_rank_<R>.log and rank_<R>/*.npy)",
+       "output", owner="harness",
        source="master@b24d92f:example/gpt2/main.cc:90, example/llama3/main.cc:89"),
     # InfiniTrain's feature branches (docs/infinitrain.md tables them with their sources).
     _f("context_parallel", int, 1, "context-parallel degree (the sequence split over CP "

@@ -63,6 +63,7 @@ class TrainerFlags:
     dump_parameter_updates: str | None = None
     output_dir: str | None = None
     profile_layers: str | None = None
+    precision_check: str | None = None  # harness.trainer.precision_check: the option string
 
     def lr_schedule(self):
         """The lr schedule these flags ask for (FlagError when the branch's checks refuse it)."""

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from harness.trainer.data import StepBatches
     from harness.trainer.engine import Engine
     from harness.trainer.parallel.validate import ParallelPlan
+    from harness.trainer.precision_check import PrecisionChecker
     from harness.trainer.profiling import LayerProfiler
 
 EXIT_BAD_INPUT = 2
@@ -80,6 +81,9 @@ def _check_inputs(flags: TrainerFlags):
         )
     layout = layout_from_flags(config.n_layer, dataclasses.asdict(flags))
     flags.lr_schedule()  # refused here, before a model is built, as the branch's CHECKs would
+    from harness.trainer.precision_check import parse_precision_check
+
+    parse_precision_check(flags.precision_check)  # a bad option string: exit 2, no model built
     return model_kind, config, layout
 
 
@@ -291,11 +295,27 @@ def start_update_dump(flags: TrainerFlags, engine: Engine, config) -> UpdateBase
     return UpdateBaseline(flags.dump_parameter_updates, initial)
 
 
+def start_trace(flags: TrainerFlags, built: Built,
+                plan: ParallelPlan | None) -> PrecisionChecker | None:
+    """--precision_check: hooks on this rank's parts, one timestamp folder for all ranks
+    (harness.trainer.precision_check). Under torch's pipelining (scale_grads=True) the recorded
+    output gradients are divided by the microbatch count: the gradient of the step's loss."""
+    if not flags.precision_check:
+        return None
+    from harness.trainer.precision_check import start_precision_check
+
+    scale = 1.0 / plan.microbatches if plan is not None and built.schedule is not None else 1.0
+    stages = built.engine.stages if built.schedule is not None else ()
+    return start_precision_check(flags.precision_check, built.engine.parts, built.rank, scale,
+                                 stages)
+
+
 def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimizer,
                batches: StepBatches, profiling: Profiling | None,
-               recorder: RunRecorder) -> list[StepRecord]:
-    """The loop step: every optimizer step, the first one's gradients dumped when asked;
-    returns the StepRecords this rank reported (none off the reporting rank)."""
+               recorder: RunRecorder, trace: PrecisionChecker | None = None) -> list[StepRecord]:
+    """The loop step: every optimizer step, the first one's gradients dumped when asked, the
+    trace's counters restarted (the last step's files remain); returns the StepRecords this
+    rank reported (none off the reporting rank)."""
     import torch
 
     from harness.contracts.records import format_step_line
@@ -310,6 +330,8 @@ def train_loop(flags: TrainerFlags, built: Built, optimizer: torch.optim.Optimiz
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
+        if trace is not None:
+            trace.reset()
         inputs, targets = batches.next_step()
         loss = engine.forward_backward(torch.from_numpy(inputs), torch.from_numpy(targets))
         if step == 1 and flags.dump_gradients:
@@ -398,7 +420,10 @@ def _train(flags: TrainerFlags, config, layout, tokens, microbatches: int,
     profiling = build_profiler(flags, built, optimizer)
     recorder = start_records(flags, built, config, layout, microbatches)
     updates = start_update_dump(flags, built.engine, config)
-    train_loop(flags, built, optimizer, batches, profiling, recorder)
+    trace = start_trace(flags, built, plan)
+    train_loop(flags, built, optimizer, batches, profiling, recorder, trace)
+    if trace is not None:
+        trace.close()
     if updates is not None:
         _dump_updates(updates, built.engine, config, built.rank, flags.num_iteration)
     return finish(flags, built, profiling)

@@ -42,6 +42,7 @@ def build_parallel_engine(flags, plan: ParallelPlan, checkpoint, layout, world: 
     engine = ParallelEngine(world, plan, config, local, n_chunks, None, dtype, tied_group)
     if plan.pp > 1:
         stages = build_stages(local, n_chunks, world.device, world.group("pp"))
+        engine.stages = stages  # the module-level trace skips torch's metadata inference
         engine.schedule = build_schedule(
             plan.schedule, plan.kind, stages, plan.chunk_stages, plan.pp, plan.microbatches,
             loss_fn=engine.loss,

@@ -53,6 +53,7 @@ class ParallelEngine:
         self.chunks = chunks
         self.n_chunks = n_chunks
         self.schedule = schedule
+        self.stages: list = []  # this rank's PipelineStages (build.py; empty without pp)
         self.dtype = dtype
         self.device = world.device
         self.parts = [module for _spec, module in chunks]

@@ -148,7 +148,9 @@ def test_gpt2_tied_head_is_one_parameter():
     names = [n for n, _ in model.named_parameters()]
     assert "lm_head.weight" not in names and names.count("wte.weight") == 1
     assert "lm_head.weight" not in model.state_dict()
-    assert not hasattr(model, "lm_head")
+    # the head is a module without parameters (so a module-level trace names the logits
+    # `lm_head`), reading wte.weight
+    assert not list(model.lm_head.parameters()) and not model.lm_head.state_dict()
     # changing wte's row 7 changes token 7's logit and no other: the head reads wte.weight
     # itself. Token 7 is not in the input, so the change reaches the logits through the head
     # alone; and the change is not a constant, which ln_f's zero-mean output would cancel (an

@@ -6,7 +6,7 @@ parallelize.py, beside this file; the rest is harness.trainer.parallel), so the 
 here are part of the contract (docs/design.md):
 
     wte, wpe, h.{i}.ln_1, h.{i}.attn.c_attn, h.{i}.attn.c_proj, h.{i}.ln_2,
-    h.{i}.mlp.c_fc, h.{i}.mlp.c_proj, ln_f, lm_head
+    h.{i}.mlp.c_fc, h.{i}.mlp.gelu (no parameters), h.{i}.mlp.c_proj, ln_f, lm_head
 
 A model *part* holds any subset of that: ``layers`` are global layer indices, kept in an
 ``nn.ModuleDict`` keyed by ``str(i)`` so parameter names carry the global index on every
@@ -75,10 +75,13 @@ class MLP(nn.Module):
     def __init__(self, config: GPT2Config):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=True)
+        # a module (no parameters) rather than F.gelu so a module-level trace sees its output
+        # as InfiniTrain's `mlp.gelu` (NewGELU, transformer/mlp.cc:61); the same F.gelu call
+        self.gelu = nn.GELU(approximate="tanh")
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+        return self.c_proj(self.gelu(self.c_fc(x)))
 
 
 class Block(nn.Module):
@@ -112,6 +115,19 @@ class LMHead(nn.Module):
         return F.linear(x, self.weight[: self.vocab_size])
 
 
+class TiedLMHead(nn.Module):
+    """The head of a part that holds the embedding too: logits against ``wte.weight``, passed
+    in. No parameters (the tied weight keeps its one name, ``wte.weight``); a module so that a
+    module-level trace sees the logits as ``lm_head``, as on a last stage and in InfiniTrain."""
+
+    def __init__(self, config: GPT2Config):
+        super().__init__()
+        self.vocab_size = config.vocab_size
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, weight[: self.vocab_size])
+
+
 class GPT2(ModelPart):
     """GPT-2, or any contiguous part of it (a pipeline stage / chunk).
 
@@ -137,7 +153,9 @@ class GPT2(ModelPart):
             self.ln_f = nn.LayerNorm(config.n_embd, eps=LAYER_NORM_EPS)
         if self.has_lm_head and not self.has_embedding:
             self.lm_head = LMHead(config)
-        # with both ends here the head is wte itself: no second Parameter, no second name
+        elif self.has_lm_head:
+            # with both ends here the head is wte itself: no second Parameter, no second name
+            self.lm_head = TiedLMHead(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.has_embedding:
@@ -153,7 +171,7 @@ class GPT2(ModelPart):
             x = self.ln_f(x)
         if self.has_lm_head:
             if self.has_embedding:
-                x = F.linear(x, self.wte.weight[: self.config.vocab_size])
+                x = self.lm_head(x, self.wte.weight)
             else:
                 x = self.lm_head(x)
         return x

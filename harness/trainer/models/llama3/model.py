@@ -5,7 +5,8 @@ from outside by module name (parallelize.py, beside this file), so the attribute
 of the contract (docs/design.md):
 
     wte, h.{i}.ln_1, h.{i}.attn.c_attn, h.{i}.attn.c_proj, h.{i}.ln_2,
-    h.{i}.mlp.c_fc, h.{i}.mlp.c_fc2, h.{i}.mlp.c_proj, ln_f, lm_head
+    h.{i}.mlp.c_fc, h.{i}.mlp.c_fc2, h.{i}.mlp.silu (no parameters), h.{i}.mlp.c_proj, ln_f,
+    lm_head
 
 Details that matter for matching llm.c exports (and, after converting, Hugging Face):
 - RMSNorm with the file's eps, computed in float32 and cast back (Meta's ``x.float() ...
@@ -170,10 +171,17 @@ class MLP(nn.Module):
         ffn = config.ffn_dim
         self.c_fc = nn.Linear(config.n_embd, ffn, bias=False)
         self.c_fc2 = nn.Linear(config.n_embd, ffn, bias=False)  # the SwiGLU gate
+        # a module (no parameters) rather than F.silu so a module-level trace sees the gate as
+        # InfiniTrain's `mlp.silu` (transformer/mlp.cc:63, applied to c_fc2's output at :88)
+        self.silu = nn.SiLU()
         self.c_proj = nn.Linear(ffn, config.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.silu(self.c_fc2(x)) * self.c_fc(x))
+        # InfiniTrain's call order (mlp.cc:84-92: c_fc, c_fc2, silu), so the traces' forward
+        # orders agree; the product is the same elementwise multiply as before
+        up = self.c_fc(x)
+        gate = self.silu(self.c_fc2(x))
+        return self.c_proj(gate * up)
 
 
 class Block(nn.Module):
