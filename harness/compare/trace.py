@@ -224,6 +224,21 @@ def _difference(got: np.ndarray, ref: np.ndarray) -> tuple[float, str | None]:
     return (float(d.max()) if d.size else 0.0), None
 
 
+def _doubled(slices: list[tuple[int, int]]) -> str | None:
+    """Where as many pieces as parts came in, but two matched one part best (a shard offset
+    wrong on a rank: each piece is some rank's correct slice, so each alone passes)."""
+    if not slices or len({parts for parts, _ in slices}) != 1:
+        return None
+    parts = slices[0][0]
+    taken = [part for _, part in slices]
+    if len(taken) != parts or len(set(taken)) == parts:
+        return None
+    missing = sorted(set(range(parts)) - set(taken))
+    twice = sorted({part for part in taken if taken.count(part) > 1})
+    return (f"the ranks' pieces hold part {', '.join(map(str, twice))} of {parts} more than "
+            f"once and part {', '.join(map(str, missing))} not at all")
+
+
 def _fits(piece: tuple[int, ...], whole: tuple[int, ...]) -> bool:
     if len(piece) != len(whole):
         return False
@@ -286,6 +301,7 @@ def compare_traces(run_folder: str | Path, partner_folder: str | Path, naming: N
             finite = np.abs(ref[np.isfinite(ref)])
             max_ref = float(finite.max()) if finite.size else 0.0
         worst = (-1.0, None, None)
+        slices: list[tuple[int, int]] = []  # (parts, which part) of each sliced piece
         for rank, entry in pieces:
             used.add((rank, entry.order))
             got = _load(entry)
@@ -303,10 +319,14 @@ def compare_traces(run_folder: str | Path, partner_folder: str | Path, naming: N
                     continue
                 view, got = match.reference, got if not match.padding else match.compared
                 note = match.describe().replace("TP rank", "part")
+                slices.append((match.parts, match.rank))
             d, why = _difference(got, view)
             if d > worst[0]:
                 worst = (d, rank, why or note)
         max_abs, rank, note = worst
+        doubled = _doubled(slices)
+        if doubled:  # each rank wrote its own piece: together they must cover the tensor
+            max_abs, note = math.inf, doubled
         bound = thresholds.bound(max_ref)
         modules.append(ModuleDiff(p.module, p.phase, p.index, rank, len(modules), p.shape,
                                   max_abs, max_ref, bound, max_abs <= bound, len(pieces), note))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import jsonschema
 
-from .flags import FLAG_TABLE, run_private
+from .flags import FLAG_TABLE
 
 PRECISION_CHECK_FLAG = "precision_check"
 PHASES = ("forward", "backward")
@@ -54,13 +54,14 @@ def precision_check_value(path: str | Path) -> str:
 
 
 def trace_flags(flags: dict, step: int, folder: str | Path) -> dict:
-    """The flags of a run cut at `step` with its trace written into `folder`: the run's own
-    output paths (run-private) and its checkpoint / resume flags dropped (a trace rerun must
-    not write where a resumed case reads), a schedule over num_iteration pinned to the case's
+    """The flags of a run cut at `step` with its trace written into `folder`: every output flag
+    dropped (the run's own paths; `save` and its interval: a trace rerun must not write a
+    checkpoint where a resumed case reads; evaluation and sampling, which compute nothing the
+    step does) and the resume flag (`load`), a schedule over num_iteration pinned to the case's
     length (lr_decay_iters 0 means num_iteration: cutting the run must not change steps
     1..step)."""
     kept = {k: v for k, v in flags.items()
-            if not run_private(k) and not (k in FLAG_TABLE and FLAG_TABLE[k].role == "resume")}
+            if not (k in FLAG_TABLE and FLAG_TABLE[k].role in ("output", "resume"))}
     length = int(flags.get("num_iteration", FLAG_TABLE["num_iteration"].default))
     if "lr_decay_style" in kept and not int(kept.get("lr_decay_iters") or 0):
         kept["lr_decay_iters"] = length
@@ -146,8 +147,9 @@ def split_logged(logged: str, seen: dict[tuple[str, str], int]) -> tuple[str, st
 
 
 def read_trace(root: str | Path, rank: int = 0) -> Trace:
-    """One rank's entries in execution order. TraceError: no log or no `rank_<R>` folder for
-    it, a line of another form, a logged file missing, or a repeated (name, phase, index)."""
+    """One rank's entries of the last iteration in its log, in execution order. TraceError: no
+    log or no `rank_<R>` folder for it, a line of another form, a call out of order, or a
+    logged file missing."""
     root = Path(root)
     log = root / f"precision_check_rank_{rank}.log"
     tensors = root / f"rank_{rank}"
@@ -158,6 +160,9 @@ def read_trace(root: str | Path, rank: int = 0) -> Trace:
                          f"save_tensors=true)")
     entries: list[TraceEntry] = []
     seen: dict[tuple[str, str], int] = {}
+    # The log is opened once per run and never truncated, while the counters restart every
+    # iteration (precision_checker.cc:156-167; example/gpt2/main.cc:393): a name's call 0
+    # seen again starts the next iteration, and only the last one's files remain.
     for number, text in enumerate(log.read_text(errors="replace").splitlines(), 1):
         if not text.strip():
             continue
@@ -166,6 +171,8 @@ def read_trace(root: str | Path, rank: int = 0) -> Trace:
             raise TraceError(f"{log}:{number}: {text[:80]!r}; expected '[GAS-g] [L-l] "
                              f"<name>_<forward|backward> tensor[i]: dtype=... shape=(...) ...'")
         module, phase, index = split_logged(match.group("logged"), seen)
+        if index == 0 and seen.get((module, phase), 0) > 0:
+            entries, seen = [], {}  # the next iteration
         if index != seen.get((module, phase), 0):
             raise TraceError(f"{log}:{number}: {match.group('logged')} is call {index} of "
                              f"{module} {phase}; expected call {seen.get((module, phase), 0)}")

@@ -257,6 +257,14 @@ def test_a_wrong_tp_piece_fails_at_its_rank(tmp_path):
     assert diff.last_matched.module == "h.0.ln_1"
 
 
+def test_two_tp_ranks_holding_the_same_piece_fail(tmp_path):
+    """Rank 1 holds rank 0's columns (a shard offset bug): each piece is some slice of the
+    partner's, but the partner's columns 4:8 are held by no rank."""
+    diff = _tp(tmp_path, second=lambda whole: whole[:, :4])
+    assert not diff.ok
+    assert diff.first_diverging.module == "h.0.attn.c_attn"
+
+
 def test_pipeline_microbatches_are_each_compared_with_their_rows(tmp_path):
     rng = np.random.default_rng(3)
     whole = {n: rng.standard_normal((4, 6)).astype(np.float32) for n in ("h.0", "h.1")}

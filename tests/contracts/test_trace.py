@@ -253,6 +253,18 @@ def test_a_second_output_tensor_is_read(tmp_path):
         [("attn", 0, 0, (2, 3)), ("attn", 1, 1, (4,))]
 
 
+def test_a_log_of_several_iterations_is_read_as_its_last(tmp_path):
+    """InfiniTrain opens the log once (trunc) and keeps every iteration's lines; the counters
+    restart every iteration and the files hold the last one (precision_checker.cc:156-190,
+    gpt2/main.cc:393). A trace of step N > 1 is such a log: the last iteration's entries."""
+    root = tmp_path / STAMP
+    write_rank(root, 0, CALLS, iterations=3)
+    assert len((root / "precision_check_rank_0.log").read_text().splitlines()) == 3 * len(CALLS)
+    entries = read_trace(root, 0).entries
+    assert [(e.module, e.phase, e.index) for e in entries] == [(m, p, 0) for m, p, _ in CALLS]
+    assert [e.order for e in entries] == list(range(len(CALLS)))
+
+
 # ------------------------------------------------------------------------- pairing facts
 
 CONTAINERS = ("TransformerFirstStage", "TransformerChunk", "TransformerLastStage", "Transformer",

@@ -143,3 +143,16 @@ def test_thresholds_per_dtype():
     assert thresholds_for("bfloat16") is TRACE_THRESHOLDS["bfloat16"]
     assert thresholds_for("float64") is TRACE_THRESHOLDS["float32"]
     assert all(t.source for t in TRACE_THRESHOLDS.values())
+
+
+def test_a_trace_rerun_writes_no_checkpoint_where_a_resumed_case_reads(tmp_path):
+    """trace_flags' docstring: "its checkpoint / resume flags dropped (a trace rerun must not
+    write where a resumed case reads)". A case's `--save` root is where its resume cases read
+    (harness.runner.checkpoints), and InfiniTrain saves at its last step
+    (gpt2/main.cc:508-511: (step + 1) == num_iteration), so a rerun cut at step 3 would write
+    checkpoint_step_000003 there. `save_interval` goes with it: alone it is fatal
+    (main.cc:139)."""
+    flags = {**CASE, "save": "/session/checkpoints/gpt2/x", "save_interval": 4,
+             "max_checkpoint_keep": 3}
+    out = trace_flags(flags, 3, tmp_path)
+    assert "save" not in out and "save_interval" not in out
