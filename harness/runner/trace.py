@@ -36,15 +36,19 @@ from .stages import Collected, Judged, RunTarget, CasePlan
 TRACE_POLICIES = ("failed", "all", "none")
 REFERENCE, BASELINE = "reference", "pytorch baseline"
 
-# Per-tensor thresholds: max |d| <= atol + rtol * max |partner|. Chosen from the noise measured
-# between the two sides at step 1 (docs/benchmarks.md section 15, "Module traces"): float32
-# InfiniTrain master (CPU) against the bundled PyTorch trainer, and the bundled trainer against
-# itself across layouts; bfloat16 from its 8-bit mantissa (2^-8 = 3.9e-3 per rounding).
+# Per-tensor thresholds: max |d| <= atol + rtol * max |partner|, ten times the noise measured
+# between the two sides at step 1 (docs/benchmarks.md section 15, "Module traces"): InfiniTrain
+# master's CPU build against the bundled PyTorch trainer on the infinitrain preset, every
+# module of gpt2 and llama3 basic/1, worst |d| / (1e-6 + 1e-4 max |partner|) 0.55 (llama3
+# h.2.attn.c_proj forward, 1.2e-6 absolute, 1.05e-4 of its largest value; gpt2 0.005). A
+# kernel bug the loss hides is far above: GELU's constant x10 is 3.4e-2 of its output.
+# bfloat16 is not measured (no bf16 CPU build): its 8-bit mantissa (2^-8 = 3.9e-3 per
+# rounding), compounded over a block.
 TRACE_THRESHOLDS = {
-    "float32": TraceThresholds(1e-6, 1e-4, "docs/benchmarks.md section 15: float32 noise "
-                               "between InfiniTrain and PyTorch at step 1"),
-    "bfloat16": TraceThresholds(1e-3, 5e-2, "bfloat16's 2^-8 rounding, compounded over a "
-                                "block"),
+    "float32": TraceThresholds(1e-5, 1e-3, "docs/benchmarks.md section 15: 10x the float32 "
+                               "noise between InfiniTrain master (CPU) and PyTorch at step 1"),
+    "bfloat16": TraceThresholds(1e-3, 5e-2, "not measured: bfloat16's 2^-8 rounding, "
+                                "compounded over a block"),
 }
 
 

@@ -302,10 +302,12 @@ def test_infinitrain_only_modules_have_no_counterpart_and_say_why(program, conta
     assert pairing.why_unpaired(container, "bundled") is None
 
 
-def test_the_tied_head_is_a_gpt2_fact_only():
-    assert pairing_of("gpt2").bundled_name("lm_head") is None
-    assert "model.py" in pairing_of("gpt2").why_unpaired("lm_head", "subject")
-    assert pairing_of("llama3").bundled_name("lm_head") == "lm_head"
+def test_the_head_pairs_by_name_on_both_models():
+    # the bundled GPT-2 logs its tied head as a parameterless `lm_head` (TiedLMHead), so
+    # InfiniTrain's lm_head pairs with it as LLaMA 3's untied one does
+    for program in ("gpt2", "llama3"):
+        assert pairing_of(program).bundled_name("lm_head") == "lm_head"
+        assert pairing_of(program).why_unpaired("lm_head", "subject") is None
 
 
 def test_an_unknown_program_names_the_known_ones():
