@@ -336,3 +336,13 @@ def test_globalize_layer():
     with pytest.raises(TraceError) as error:
         globalize_layer("transformer.h.3.attn", [4, 5, 6])
     assert "transformer.h.3.attn" in str(error.value) and "[4, 5, 6]" in str(error.value)
+
+
+def test_docs_table_every_pairing_fact():
+    from pathlib import Path
+
+    from harness.contracts.trace import pairing_table
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "infinitrain.md").read_text()
+    missing = [line for line in pairing_table() if line not in text]
+    assert not missing, "docs/infinitrain.md lacks these pairing rows:\n" + "\n".join(missing)
