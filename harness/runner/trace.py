@@ -23,6 +23,7 @@ are removed once compared, but for the first diverging pair and the last matched
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 from harness.baseline.live import BaselineCheck, with_module_check
@@ -150,6 +151,7 @@ class Tracer:
         compared."""
         runner, case = self.runner, planned.case
         folder = planned.out / name
+        seconds: dict[str, float] = {}
         if folder.exists():
             shutil.rmtree(folder)
         run_flags = trace_flags(planned.flags, step, folder / "run" / "dump")
@@ -169,6 +171,7 @@ class Tracer:
             naming = Naming(None, stage_layers(layout, case.world_size, case.pp)
                             if pairing is not None and pairing.stage_local_layers else {})
         else:  # the PyTorch baseline's trace, cached as its runs are
+            started = time.time()
             try:
                 partner_dump = runner.live_baseline().trace_dump(
                     runner.backend, case.model, case.args, planned.checkpoint,
@@ -179,12 +182,15 @@ class Tracer:
                 return not_traced("error", str(error).splitlines()[0], step, partner)
             naming = Naming(pairing, stage_layers(layout, case.world_size, case.pp)
                             if pairing is not None and pairing.stage_local_layers else {})
+            seconds["partner_s"] = time.time() - started  # ~0 where the cache had it
         runs = [("the case's", run, runner.backend)]
         if partner == REFERENCE:
             runs.append((f"the {partner}'s", target, backend))
             partner_dump = folder / "partner" / "dump"
-        for name, target_, backend_ in runs:
+        for (name, target_, backend_), key in zip(runs, ("run_s", "partner_s")):
+            started = time.time()
             ran = runner.run_target(target_, backend_)
+            seconds[key] = time.time() - started
             if ran.failed:
                 result = ran.launched.result
                 return not_traced("error", f"{name} traced run to step {step} failed: "
@@ -198,4 +204,7 @@ class Tracer:
                                   keep_first=keeps(runner.settings.keep_dumps, not failed))
         except TraceError as error:
             return not_traced("error", f"trace unreadable: {error}", step, partner)
-        return diff.to_dict()
+        record = diff.to_dict()
+        # the traced runs' wall time beside the comparison's (cost.seconds)
+        record["cost"].update({k: round(v, 3) for k, v in seconds.items()})
+        return record
