@@ -30,7 +30,7 @@ def _executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
 
 # What the dummy binaries list (gflags' --helpxml): gpt2 has #209's --dump_gradients, llama3 not.
 LISTED = {"gpt2": ("dtype", "batch_size", "num_iteration", "tensor_parallel", "dump_gradients",
-                   "nthread_per_process", "lora_rank"),
+                   "nthread_per_process", "lora_rank", "precision_check"),
           "llama3": ("dtype", "batch_size", "num_iteration", "tensor_parallel", "lora_rank",
                      "nthread_per_process")}
 
