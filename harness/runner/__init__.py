@@ -19,6 +19,8 @@ Per case, under the session folder:
     checkpoints.py     checkpoints a foreign trainer saves: announced, moved under the session,
                        waited for by the cases that resume from them
     diagnosis.py       the failure text of a crashed, hung or differing run
+    trace.py           the module-level trace: a failed case's step rerun with both sides
+                       traced, and the baseline's step-1 module check (--harness-trace)
     calibrate.py       --harness-calibrate: the reference repeats and passing cases' noise,
                        merged at session end; the thresholds a case is judged with
 """

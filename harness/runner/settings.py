@@ -151,7 +151,8 @@ class Options:
         "--harness-trace", "failed", choices=("failed", "all", "none"),
         help="which cases get a module-level trace (every module's output and gradient at one "
              "step, the case's run against its partner's, named at the first module that "
-             "differs; docs/harness_guide.md): failed cases (default), all, none")
+             "differs; docs/infinitrain.md): failed cases (default), all, or none (no trace at "
+             "all: also no step-1 module check in --harness-baseline pytorch)")
     nnodes: int = _option(
         "--harness-nnodes", 1, metavar="N", type=int,
         help="the most nodes a case may span: one torchrun agent per node, joined by a c10d "

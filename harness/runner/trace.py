@@ -11,7 +11,8 @@ Two uses:
   whose numbers part.
 - **Judging** (`--harness-baseline pytorch`): a module-level comparison of step 1 with the
   PyTorch baseline is part of the baseline check (`baseline.trace`), so a kernel bug too small
-  to move the loss past its threshold still fails, at its module.
+  to move the loss past its threshold still fails, at its module. `--harness-trace none`
+  turns this off too (a LLaMA 3 trace is hundreds of MB: the logits over a 128,256 vocabulary).
 
 A trace rerun drops the case's own output paths and its checkpoint and resume flags (it must
 not write where a resumed case reads), and pins a schedule that spans `num_iteration` to the
@@ -111,6 +112,9 @@ class Tracer:
         runner, case = self.runner, planned.case
         if check.status in ("skipped", "error") or check.source.split()[0] != "pytorch":
             return check
+        if runner.settings.trace == "none":  # no traces at all: the cost is the user's call
+            return with_module_check(check, not_traced(
+                "skipped", "not traced: --harness-trace none", 1, BASELINE))
         why = runner.backend.trace_unavailable(case.model, planned.flags)
         if why is None and case.world_size > 1:
             why = ("not traced: the baseline's module check runs on one-device cases (a "
