@@ -115,16 +115,19 @@ def test_a_recompute_bug_is_caught_because_the_reference_runs_without_recompute(
 
 def test_feat_lr_scheduler_runs_its_schedules(tmp_path, model_vars):
     config = BRANCHES / "feat_lr_scheduler.json"
+    # GPT-2's ten cases: LLaMA 3's live baselines took 5 of this test's 6.7 minutes in CI, and
+    # its schedules are the same code (the real llama3 lr cases: docs/benchmarks.md 14)
     output, records = run_branch(tmp_path, "lr_scheduler", config, model_vars, "-m",
-                                 "lr_scheduler", more=("--harness-baseline", "pytorch",
+                                 "lr_scheduler", "-k", "gpt2",
+                                 more=("--harness-baseline", "pytorch",
                                                        # traces: tests/infinitrain_standin/
                                                        # test_trace_baseline_standin.py
                                                        "--harness-trace", "none"))
-    assert len(records) == 20, output[-3000:]
+    assert len(records) == 10 and {r["model"] for r in records} == {"gpt2"}, output[-3000:]
     distopt = [r for r in records if r["flags"].get("use_distributed_optimizer")]
-    assert len(distopt) == 8 and all(r["status"] == "skipped" for r in distopt)
+    assert len(distopt) == 4 and all(r["status"] == "skipped" for r in distopt)
     ran = [r for r in records if r["status"] != "skipped"]
-    assert len(ran) == 12 and all(r["self_check"] == "passed" for r in ran), _failures(records)
+    assert len(ran) == 6 and all(r["self_check"] == "passed" for r in ran), _failures(records)
     # the reference keeps the schedule: its printed lr follows it step by step
     linear = next(r for r in records if r["name"] == "lr_scheduler/gpt2/3_bfloat16_linear")
     assert "--lr_decay_style=linear" in linear["reference"]["command"]
