@@ -158,6 +158,7 @@ MODULES: dict[str, str] = {
     "tests/runner/test_updates_verdict.py": UNIT,
     "tests/runner/test_skip_reason.py": UNIT,
     "tests/runner/test_trace_flags.py": UNIT,
+    "tests/runner/test_trace_session.py": TORCHRUN,
     "tests/runner/test_stages.py": SUBPROCESS,
     "tests/contracts/test_programs.py": UNIT,
     "tests/contracts/llmc/test_checkpoint.py": UNIT,
