@@ -208,6 +208,18 @@ def test_planted_module(env, tmp_path, plant, module):
     l0, l1 = (float(npy(f, 0, "CrossEntropyLoss_forward")) for f in (f0, f1))
     assert abs(l1 - l0) / l0 < 1e-5  # (ln_1's 1e-4 leaves the float32 loss as it was)
     assert not np.array_equal(npy(f0, 0, "lm_head_forward"), npy(f1, 0, "lm_head_forward"))
+    # the harness's walk over the two traces (harness.compare.trace, the self-check's
+    # thresholds) names the planted module first, the one before it last matched
+    from harness.compare.trace import Naming, compare_traces
+    from harness.runner.trace import SELF_CHECK_THRESHOLDS
+
+    diff = compare_traces(out1, out0, Naming(), SELF_CHECK_THRESHOLDS, step=1,
+                          partner="reference", remove=False)
+    assert (diff.first_diverging.module, diff.first_diverging.phase) == (module, "forward")
+    assert diff.last_matched.label == names[at - 1].rsplit("_", 1)[0] + " forward"
+    assert diff.line().startswith(f"first diverging: {module} forward (rank 0)")
+    assert compare_traces(out0, out0, Naming(), SELF_CHECK_THRESHOLDS, step=1,
+                          partner="reference", remove=False).ok
     bad = run(env, tmp_path / "c", plant="transformer.h.99.ln_1:2")[0]
     assert bad.returncode == 2 and "STANDIN_PLANT_MODULE" in bad.stderr
 
