@@ -13,6 +13,9 @@ bundled trainer's) and compared:
 - a smaller tensor: a slice of the partner's (a TP rank's column-parallel output, a pipeline
   microbatch, a data-parallel rank's batch), found as gradient shards are
   (harness.compare.tp_shards.match_shard: the slice that fits it best; the record says which).
+  Where the partner calls the module more than once (a step's microbatches), a call's slices
+  are the run's pieces of the same call (a TP rank's output of microbatch 1 is no slice of
+  microbatch 0's), unless the run has none of that call.
 
 A pair passes when max |run - partner| <= atol + rtol * max |partner| (TraceThresholds). The
 first pair that does not is the first diverging module; the last that passed before it is the
@@ -275,11 +278,17 @@ def compare_traces(run_folder: str | Path, partner_folder: str | Path, naming: N
     read = 0
     kept: set[Path] = set()
     files_of: dict[int, list[Path]] = {}  # a module diff's order -> its files
+    calls: dict[tuple[str, str], int] = {}  # the partner's calls of each module and phase
+    for p in walk_order(partners):
+        calls[(p.module, p.phase)] = calls.get((p.module, p.phase), 0) + 1
     for p in walk_order(partners):
         candidates = [(r, e) for r, e in pool.get((p.module, p.phase), [])
                       if (r, e.order) not in used]
         same = [(r, e) for r, e in candidates if e.index == p.index and e.shape == p.shape]
-        pieces = same or [(r, e) for r, e in candidates if _fits(e.shape, p.shape)]
+        fitting = [(r, e) for r, e in candidates if _fits(e.shape, p.shape)]
+        if calls[(p.module, p.phase)] > 1:  # the partner's calls (microbatches) each have theirs
+            fitting = [(r, e) for r, e in fitting if e.index == p.index] or fitting
+        pieces = same or fitting
         if not pieces:
             shapes = sorted({e.shape for _, e in candidates})
             if shapes:  # the module is there, in a shape no slice of the partner's explains

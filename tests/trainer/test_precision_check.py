@@ -306,8 +306,10 @@ def test_each_planted_bug_is_first_seen_at_its_module(tiny_assets, single, tmp_p
     from tests.trace_plants.shim import write_shim
 
     shim = str(write_shim(tmp_path / "shim").parent)
-    # ln_1 of layer 2 with eps 1e-1: everything before h.2.ln_1's output matches
-    ln = _trace(tiny_assets, tmp_path / "ln", 1, shim=shim, HARNESS_TRACE_PLANT="ln_eps=2")
+    # ln_1 of layer 2 with eps 1e-1 (planted in multi-process runs only: PP 2, the layer on
+    # stage 0): everything before h.2.ln_1's output matches
+    ln = _trace(tiny_assets, tmp_path / "ln", 2, ["--pipeline_parallel", "2"], shim=shim,
+                HARNESS_TRACE_PLANT="ln_eps=2")
     first, before = _first_difference(ln, 0, single)
     assert first == "h.2.ln_1_forward" and "h.1_forward" in before, (first, before[-3:])
 
