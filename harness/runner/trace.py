@@ -156,6 +156,12 @@ class Tracer:
                 and baseline.trace.get("status") == "diverged":
             return None  # the baseline's own module check at step 1 located it
         why = runner.backend.trace_unavailable(case.model, planned.flags)
+        if why is None and case.dp > 1 and partner == REFERENCE:
+            # a wrong location is worse than none: data-parallel rank r takes every dp-th
+            # microbatch (harness/trainer/data.py:54), so its call k is the reference's call
+            # r + k * dp, and pieces are paired by call
+            why = ("not traced: a data-parallel rank's microbatches are every dp-th of the "
+                   "reference's, and pairing them call by call is not built")
         if why is not None:
             return not_traced("skipped", why, step, partner)
         return self._pair(planned, step, partner, "trace", failed=self_failed or base_failed,
