@@ -183,6 +183,9 @@ class Tracer:
                         planned.checkpoint, planned.input_bin, folder / "run",
                         gradients=False, port=case.world_size > 1)
         pairing = runner.backend.trace_pairing(case.model)
+        # a trainer that numbers a stage's layers from 0: each run rank's global layers
+        layers = stage_layers(layout, case.world_size, case.pp) \
+            if pairing is not None and pairing.stage_local_layers else {}
         if partner == REFERENCE:
             ref_flags = trace_flags(runner.run_flags(case, reference=True), step,
                                     folder / "partner" / "dump")
@@ -192,8 +195,7 @@ class Tracer:
                                gradients=False, port=world > 1)
             backend = runner.backend
             # same trainer on both sides: names as they are, a stage's layers made global
-            naming = Naming(None, stage_layers(layout, case.world_size, case.pp)
-                            if pairing is not None and pairing.stage_local_layers else {})
+            naming = Naming(None, layers)
         else:  # the PyTorch baseline's trace, cached as its runs are
             started = time.time()
             try:
@@ -204,8 +206,7 @@ class Tracer:
                 return not_traced("skipped", f"not traced: {error}", step, partner)
             except ReferenceError as error:
                 return not_traced("error", str(error).splitlines()[0], step, partner)
-            naming = Naming(pairing, stage_layers(layout, case.world_size, case.pp)
-                            if pairing is not None and pairing.stage_local_layers else {})
+            naming = Naming(pairing, layers)
             seconds["partner_s"] = time.time() - started  # ~0 where the cache had it
         runs = [("the case's", run, runner.backend)]
         if partner == REFERENCE:
