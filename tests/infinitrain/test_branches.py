@@ -118,7 +118,7 @@ def test_feat_lr_scheduler_runs_its_schedules(tmp_path, model_vars):
     # GPT-2's ten cases: LLaMA 3's live baselines took 5 of this test's 6.7 minutes in CI, and
     # its schedules are the same code (the real llama3 lr cases: docs/benchmarks.md 14)
     output, records = run_branch(tmp_path, "lr_scheduler", config, model_vars, "-m",
-                                 "lr_scheduler", "-k", "gpt2",
+                                 "lr_scheduler", "--harness-cases", "lr_scheduler/gpt2/*",
                                  more=("--harness-baseline", "pytorch",
                                                        # traces: tests/infinitrain_standin/
                                                        # test_trace_baseline_standin.py
