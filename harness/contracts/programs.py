@@ -47,7 +47,8 @@ SCHEMA = {
             "type": "object", "additionalProperties": False,
             "required": ["name", "binary", "variable_prefix", "groups_variable",
                          "default_groups", "runs_every_tag_without_groups", "step_line",
-                         "batch_flags", "multi_device", "family"],
+                         "batch_flags", "multi_device", "family", "defaults",
+                         "microbatch_flag"],
             "properties": {
                 "name": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
                 "binary": _fact(_STRING),
@@ -60,6 +61,9 @@ SCHEMA = {
                 "batch_flags": _fact({"type": "array", "items": _STRING, "minItems": 1}),
                 "multi_device": _fact({"type": "boolean"}),
                 "family": _fact({"type": ["string", "null"]}),
+                "defaults": _fact({"type": "object", "additionalProperties": {
+                    "type": ["string", "number", "boolean"]}}),
+                "microbatch_flag": _fact(_STRING),
             }}},
     },
 }
@@ -83,6 +87,14 @@ class Program:
     batch_flags: tuple[str, ...]
     multi_device: bool
     family: str | None  # the bundled trainer's model family of the same mathematics
+    # What a flag a command leaves out is: the binary's DEFINE_* default. A recorded run's
+    # mathematics is these under its [COMMAND] line's flags (harness.logs.selfcheck); a live
+    # session reads the binary's own listing instead (harness.launch.binary_facts).
+    defaults: dict
+    # The flag that only splits a step into microbatches (gradient accumulation, each
+    # microbatch's loss divided by their count): two runs that differ in it alone compute the
+    # same step from the same tokens.
+    microbatch_flag: str
     sources: tuple[tuple[str, str], ...]  # (fact, BRANCH@COMMIT:path:line)
 
     @property
@@ -207,7 +219,8 @@ def program_table() -> list[str]:
     for program in PROGRAMS.values():
         for fact, source in program.sources:
             value = getattr(program, fact)
-            shown = ", ".join(value) if isinstance(value, tuple) else (
+            shown = ", ".join(value) if isinstance(value, tuple) else ", ".join(
+                f"{k} {json.dumps(v)}" for k, v in value.items()) if isinstance(value, dict) else (
                 "none" if value is None else str(value).lower() if isinstance(value, bool)
                 else value)
             lines.append(f"| {program.name} | {fact} | `{shown}` | {_cell(source)} |")

@@ -17,60 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from datetime import datetime
 from pathlib import Path
 
 from harness.launch.backends import parse_step_lines
 from harness.logs.readers import BadInput, read_infinitrain, read_run_metadata
+from harness.logs.run_folder import branch_commit, run_date, run_root
 
 from .rows import HistoryRow
 
 CONFIG = "InfiniTrain run folders"  # their sessions' config, kept apart from harness sessions
 UNTAGGED = "untagged"  # a flat logs/ folder (older runs) has no tag
-_SHA = re.compile(r"^[0-9a-f]{7,40}$")
-_GLOG_TIME = re.compile(r"^[IWEF](\d{8}) (\d\d:\d\d:\d\d)", re.M)
 _TOTAL = re.compile(r"\bstep\s+\d+/\s*(\d+)\s*\|")
 # Logs beside the runs' that are no run: the metadata, the build's output (InfiniTrain-Test
 # keeps `build_<n>.log` in the same folder), profiler reports, baseline result files.
 _NOT_A_RUN = re.compile(r"^(run_metadata\.log|build_.*|.*_profile(_.*)?\.log|result_.*)$")
-
-
-def _branch_commit(name: str) -> tuple[str | None, str | None]:
-    """`master_e7d57db` or `e7d57db_master` -> (branch, commit)."""
-    first, sep, rest = name.partition("_")
-    if not sep:
-        return None, (first if _SHA.match(first) else None)
-    if _SHA.match(rest) and not _SHA.match(first):
-        return first, rest
-    if _SHA.match(first):
-        return rest, first
-    head, _, tail = name.rpartition("_")
-    return (head, tail) if _SHA.match(tail) else (name, None)
-
-
-def _run_root(log: Path) -> Path | None:
-    """The `<branch>_<sha>` folder above a log's `logs/` folder."""
-    for folder in log.parents:
-        if folder.name == "logs":
-            return folder.parent
-    return None
-
-
-def _date(meta: dict, text: str, root: Path | None) -> str | None:
-    started = meta.get("run_started_at")
-    if started:
-        for parse in (datetime.fromisoformat,
-                      lambda s: datetime.strptime(s, "%Y-%m-%d %H:%M:%S")):
-            try:
-                return parse(started.replace("Z", "+00:00")).isoformat()
-            except ValueError:
-                pass
-    m = _GLOG_TIME.search(text)
-    if m:
-        return datetime.strptime(" ".join(m.groups()), "%Y%m%d %H:%M:%S").isoformat()
-    if root is not None and re.fullmatch(r"\d{8}", root.parent.name):
-        return datetime.strptime(root.parent.name, "%Y%m%d").isoformat()
-    return None
 
 
 def _mean(values: list[float]) -> float | None:
@@ -86,16 +46,16 @@ def read_run_log(log: Path) -> HistoryRow | BadInput:
     run = reading.runs[0]
     text = log.read_text(errors="replace")
     steps = parse_step_lines(text)
-    root = _run_root(log)
+    root = run_root(log)
     meta = run.meta
     if not meta.get("run_metadata") and root is not None:
         candidate = root / "run_metadata.log"
         meta = {**meta, **(read_run_metadata(candidate) if candidate.is_file() else {})}
-    date = _date(meta, text, root)
+    date = run_date(meta, text, root)
     if date is None:
         return BadInput(str(log), f"{log}: no date: no [RUN_STARTED_AT] in a run_metadata.log, "
                                   "no glog time on a step line, no YYYYMMDD folder")
-    folder_branch, folder_commit = _branch_commit(root.name) if root is not None else (None, None)
+    folder_branch, folder_commit = branch_commit(root.name) if root is not None else (None, None)
     timed = [s for s in steps if s["step"] >= 2] or steps
     total = max((int(t) for t in _TOTAL.findall(text)), default=None)
     last = run.steps[-1]

@@ -328,9 +328,39 @@ def _metadata_near(path: Path) -> tuple[dict, Path | None]:
     return {}, None
 
 
+# What an InfiniTrain step line says of its own placement, after the timings:
+# `(805.57 ms | 6356 tok/s | ..., DP=2, TP=4, SP=4, PP=1)` (master@b24d92f:example/gpt2/main.cc:493;
+# feat/context_parallel adds `CP=`): read where a log has no [COMMAND] line.
+STEP_TOPOLOGY = re.compile(r"\b(DP|TP|SP|CP|PP)=(\d+)")
+PLANNED_STEPS = re.compile(r"\bstep\s+\d+/\s*(\d+)\s*\|")
+_HEADER = re.compile(r"^\[(\w+)\]\s*(.*?)\s*$")
+
+
+def _header(lines: list[str]) -> dict:
+    """The `[KEY] value` lines before a log's first step line: its metadata (METADATA_KEYS)
+    and its `[COMMAND]`."""
+    meta = {}
+    for line in lines:
+        m = _HEADER.match(line)
+        if m is None:
+            if STEP.search(line):
+                break
+            continue
+        key, value = m.groups()
+        if key in METADATA_KEYS:
+            meta[METADATA_KEYS[key]] = value
+        elif key == "COMMAND" and "command" not in meta:
+            meta["command"] = value
+    return meta
+
+
 def read_infinitrain(path: Path) -> Reading:
     """An InfiniTrain log `<model>_<case>.log` (case `1`, `1_bfloat16`, ...); under
-    `logs/<tag>/` beside a run_metadata.log the folder is the tag."""
+    `logs/<tag>/` beside a run_metadata.log the folder is the tag. Its meta holds the
+    `[COMMAND]` line (`command`, read by harness.logs.command_line), the `[GIT_*]` /
+    `[RUN_STARTED_AT]` lines before it (a run_metadata.log's keys, which it overrides), the
+    steps its step lines announce (`planned_steps`, the M of `step N/M`) and the placement its
+    last step line prints (`step_topology`)."""
     parsed = split_id(path.stem)
     if not parsed:
         return Reading((), (BadInput(str(path), f"{path}: file name; expected "
@@ -338,13 +368,21 @@ def read_infinitrain(path: Path) -> Reading:
     model, case = parsed
     meta, metadata = _metadata_near(path)
     tag = path.parent.name if metadata is not None and path.parent.name != "logs" else None
-    meta = {**meta, "file": str(path)}
+    lines = path.read_text(errors="replace").splitlines()
+    meta = {**meta, **_header(lines), "file": str(path)}
     if metadata is not None:
         meta["run_metadata"] = str(metadata)
-    pairs = _steps(path.read_text(errors="replace").splitlines(), STEP)
+    step_lines = [line for line in lines if STEP.search(line)]
+    pairs = _steps(step_lines, STEP)
     problem = _checked(pairs, str(path), "`step N/M | train loss X`")
     if problem:
         return Reading((), (BadInput(str(path), problem, model, case, tag),))
+    planned = PLANNED_STEPS.search(step_lines[-1])
+    if planned:
+        meta["planned_steps"] = int(planned.group(1))
+    topology = dict(STEP_TOPOLOGY.findall(step_lines[-1]))
+    if topology:
+        meta["step_topology"] = {k: int(v) for k, v in topology.items()}
     return Reading((RecordedRun("infinitrain", model, case, dtype_of(case),
                                 tuple(p[0] for p in pairs), tuple(p[1] for p in pairs),
                                 str(path), tag=tag, meta=meta, **_lr_column(pairs)),), ())
