@@ -1,7 +1,17 @@
-"""The tool's cases, verdict lines, report.md and exit code. `python -m harness.logs BASELINE
-SUBJECT` pairs the runs, judges each pair (the loss per step, and the printed lr per step where
-both logs print one), prints one line a case and writes report.md; exit 0 when every case
-passed, 1 when one failed, had no partner or a bad input, 2 for unusable arguments."""
+"""The tool's cases, verdict lines, report.md and exit code.
+
+`python -m harness.logs RUNS` judges every InfiniTrain run folder under RUNS on its own: each
+case against the recorded run that is its one-device reference (harness.logs.selfcheck), the
+same case followed across nights and machines (harness.logs.archive); one line a case,
+report.md and findings.jsonl beside it; exit 0 when no case failed or was a bad input, 1 when
+one was.
+
+`python -m harness.logs BASELINE SUBJECT` pairs the runs of two folders by case name, judges
+each pair (the loss per step, and the printed lr per step where both logs print one), prints one
+line a case and writes report.md; exit 0 when every case passed, 1 when one failed, had no
+partner or a bad input.
+
+Either: 2 for unusable arguments."""
 
 from __future__ import annotations
 
@@ -20,6 +30,10 @@ from harness.compare.baseline import (
     threshold_text,
 )
 
+from harness.cases.load import load_config
+from harness.contracts.flags import NO_DECLARED_ROLES, DeclaredRoles, FlagError
+
+from . import archive, selfcheck
 from .pairing import read_pairing, resolved
 from .readers import BadInput, Reading, RecordedRun, dtype_of, read_paths
 
@@ -240,20 +254,90 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def config_cases(path: str) -> dict[str, tuple[dict, int, str]]:
+    """A config's cases by `tag/model/id` and, where unique, `model/id`: (flags as written, the
+    devices it runs on, where) — the flags of a log with no [COMMAND] line, by its name."""
+    config = load_config(path)
+    out: dict[str, tuple[dict, int, str]] = {}
+    by_short: dict[str, list] = {}
+    for case in config.cases:
+        entry = (dict(case.args), case.world_size, f"{path} {case.name}")
+        out[case.name] = entry
+        by_short.setdefault(f"{case.model}/{case.case_id}", []).append(entry)
+    out.update({k: v[0] for k, v in by_short.items() if len(v) == 1 and k not in out})
+    return out
+
+
+def self_check(paths: Sequence[str], output: Path, declared: DeclaredRoles,
+               config: str | None) -> int:
+    """One folder (or several) judged on its own; the lines, report.md, findings.jsonl."""
+    reading = read_paths(paths)
+    config_args = config_cases(config) if config else None
+    rows = archive.judge_reading(reading, declared, config_args)
+    if not rows:
+        print(f"error: {', '.join(paths)}: no InfiniTrain run log under it; expected "
+              "<model>_<case>.log files of a run folder", file=sys.stderr)
+        return 2
+    others = sorted({r.meta.get("file", r.source) for r in reading.runs
+                     if r.kind != "infinitrain"})
+    notes = [f"{f}: a {kind} log, not a run folder's: not judged here (python -m "
+             f"harness.logs BASELINE SUBJECT compares a folder with it)"
+             for f, kind in ((f, next(r.kind for r in reading.runs
+                                      if r.meta.get("file", r.source) == f)) for f in others)]
+    for row in rows:
+        print(row.line())
+    for note in notes:
+        print(f"note: {note}")
+    if output.is_dir():
+        output = output / "report.md"
+    try:
+        output.write_text(archive.report_md(rows, paths, notes))
+        findings = output.with_name("findings.jsonl")
+        archive.write_findings(rows, findings)
+    except OSError as e:
+        print(f"error: {output}: {e}; expected a writable report path", file=sys.stderr)
+        return 2
+    print(f"report: {output}")
+    print(f"findings: {findings}")
+    return 1 if any(r.status in (selfcheck.FAILED, selfcheck.BAD) for r in rows) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.logs", description=__doc__)
-    parser.add_argument("baseline", nargs=1, help="baseline log or folder (PyTorch, Megatron, "
-                                                  "InfiniTrain, harness session)")
-    parser.add_argument("subject", nargs=1, help="the runs to judge: a log or a folder")
-    parser.add_argument("--pairing", help='JSON {"<section or file name>": "<model>_<case>"}')
-    parser.add_argument("-o", "--output", default="report.md", help="report.md path")
+    parser = argparse.ArgumentParser(prog="python -m harness.logs", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="+", metavar="RUNS | BASELINE SUBJECT",
+                        help="one folder: every run folder under it judged on its own; two: "
+                             "a baseline log or folder (PyTorch, Megatron, InfiniTrain, "
+                             "harness session) and the runs to judge against it")
+    parser.add_argument("--pairing", help='two folders: JSON {"<section or file name>": '
+                                          '"<model>_<case>"}')
+    parser.add_argument("--config", help="one folder: the config its runner ran "
+                                         "(InfiniTrain's scripts/test_config.json): the flags "
+                                         "of a log with no [COMMAND] line, by case name")
+    parser.add_argument("--flag-role", action="append", default=[], metavar="NAME=ROLE",
+                        help="one folder: the role of a flag the flag table does not know")
+    parser.add_argument("-o", "--output", default="report.md",
+                        help="report.md path (a folder: report.md in it); one folder also "
+                             "writes findings.jsonl beside it")
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    if len(args.paths) > 2:
+        print(f"error: {len(args.paths)} paths; expected RUNS, or BASELINE SUBJECT",
+              file=sys.stderr)
+        return 2
+    if len(args.paths) == 1:
+        try:
+            declared = DeclaredRoles.parse(args.flag_role, "--flag-role") \
+                if args.flag_role else NO_DECLARED_ROLES
+            return self_check(args.paths, Path(args.output), declared, args.config)
+        except (ValueError, FileNotFoundError, FlagError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     try:
         pairing = read_pairing(args.pairing) if args.pairing else {}
-        baseline, subject = read_paths(args.baseline), read_paths(args.subject)
+        baseline, subject = read_paths(args.paths[:1]), read_paths(args.paths[1:])
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -264,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out.is_dir():
         out = out / "report.md"
     try:
-        out.write_text(report_md(cases, args.baseline, args.subject))
+        out.write_text(report_md(cases, args.paths[:1], args.paths[1:]))
     except OSError as e:
         print(f"error: {out}: {e}; expected a writable report path", file=sys.stderr)
         return 2

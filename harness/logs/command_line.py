@@ -102,10 +102,7 @@ def _read_flags(words: list[str], where: str) -> tuple[dict[str, Any], list[str]
             unknown.append(name)
             flags[name] = value
         else:
-            try:
-                flags[name] = flag.check(value)
-            except FlagError as error:
-                raise CommandError(f"{where}: {error}") from None
+            flags[name] = _recorded_value(flag, value, where)
         i += 1
     return flags, positional, unknown, notes
 
@@ -128,6 +125,32 @@ def _launcher(words: list[str], where: str) -> tuple[int, list[str]]:
         raise CommandError(f"{where}: {LAUNCHER} with no program after its flags; expected "
                            f"`{LAUNCHER} --{LAUNCHER_PROCESSES}=N ./<program> ...`")
     return processes, words[i:]
+
+
+def _recorded_value(flag, value: str, where: str) -> Any:
+    """A recorded flag's value, typed as the flag table types it. Only its type is checked:
+    the binary ran with it, so a value outside what the bundled trainer accepts (`--device
+    maca` on a MetaX machine) is a fact of the run, not an error."""
+    if flag.type is str:
+        return value
+    try:
+        return flag.check(value)
+    except FlagError:
+        pass
+    text = value.strip().lower()
+    try:
+        if flag.type is bool and text in ("true", "false", "1", "0", "t", "f", "y", "n",
+                                          "yes", "no"):
+            return text in ("true", "1", "t", "y", "yes")
+        if flag.type is int:
+            return int(text)
+        if flag.type is float:
+            return float(text)
+    except ValueError:
+        pass
+    raise CommandError(f"{where}: --{flag.name}={value!r}: expected "
+                       f"{'a boolean' if flag.type is bool else 'an integer' if flag.type is int else 'a number'}"
+                       f" (gflags' {flag.type.__name__} flag)")
 
 
 def parse_command(command: str, where: str) -> Command:
