@@ -356,7 +356,7 @@ def _header(lines: list[str]) -> dict:
 
 def read_infinitrain(path: Path) -> Reading:
     """An InfiniTrain log `<model>_<case>.log` (case `1`, `1_bfloat16`, ...); under
-    `logs/<tag>/` beside a run_metadata.log the folder is the tag. Its meta holds the
+    `logs/<tag>/` (or beside a run_metadata.log) the folder is the tag. Its meta holds the
     `[COMMAND]` line (`command`, read by harness.logs.command_line), the `[GIT_*]` /
     `[RUN_STARTED_AT]` lines before it (a run_metadata.log's keys, which it overrides), the
     steps its step lines announce (`planned_steps`, the M of `step N/M`) and the placement its
@@ -367,7 +367,9 @@ def read_infinitrain(path: Path) -> Reading:
                                                 "`<model>_<case>.log`"),))
     model, case = parsed
     meta, metadata = _metadata_near(path)
-    tag = path.parent.name if metadata is not None and path.parent.name != "logs" else None
+    # logs/<tag>/<model>_<case>.log: the folder is the tag (older runs have no metadata)
+    tag = path.parent.name if path.parent.name != "logs" and (
+        metadata is not None or path.parent.parent.name == "logs") else None
     lines = path.read_text(errors="replace").splitlines()
     meta = {**meta, **_header(lines), "file": str(path)}
     if metadata is not None:

@@ -71,21 +71,33 @@ class RunPlace:
     night: str | None  # the date folder, YYYY-MM-DD
     branch: str | None
     commit: str | None
+    night_folder: Path | None = None  # the `YYYYMMDD` folder
 
     @property
     def label(self) -> str:
         """`machine/YYYYMMDD/branch_sha` as the archive spells it, else the folder's path."""
-        parts = [self.machine, self.root.parent.name if self.night else None, self.root.name]
-        return "/".join(p for p in parts if p) if self.machine else str(self.root)
+        if self.night_folder is None:
+            return str(self.root)
+        return f"{self.machine}/{self.night_folder.name}/" + \
+            self.root.relative_to(self.night_folder).as_posix()
 
 
 def run_place(log: Path, meta: dict) -> RunPlace:
-    """The place of a log's run (`meta`: the log's and its run_metadata.log's keys)."""
+    """The place of a log's run (`meta`: the log's and its run_metadata.log's keys). A branch
+    with a `/` (`fix/reducer_grad_accu`) makes folders of its own between the night and the
+    run folder: their names are the branch's."""
     root = run_root(log)
     folder = root if root is not None else log.parent
-    branch, commit = branch_commit(root.name) if root is not None else (None, None)
-    day = root.parent.name if root is not None and _DAY.fullmatch(root.parent.name) else None
-    machine = root.parent.parent.name if day else None
-    commit = meta.get("git_commit") or commit
+    day_folder = None
+    if root is not None:
+        day_folder = next((up.parent for up in [root, *root.parents][:4]
+                           if _DAY.fullmatch(up.parent.name)), None)
+    if day_folder is not None:
+        branch, commit = branch_commit(root.relative_to(day_folder).as_posix())
+        day, machine = day_folder.name, day_folder.parent.name
+    else:
+        branch, commit = branch_commit(root.name) if root is not None else (None, None)
+        day = machine = None
     return RunPlace(folder, machine, f"{day[:4]}-{day[4:6]}-{day[6:]}" if day else None,
-                    meta.get("git_branch") or branch, commit)
+                    meta.get("git_branch") or branch, meta.get("git_commit") or commit,
+                    day_folder)

@@ -167,7 +167,10 @@ LR_SCHEDULER = {
 
 
 def _lr_cases(baseline):
-    return {c.label: c for c in pair(read_paths([baseline]), read_paths([LRS / "infinitrain"]))}
+    """The cases by model/case (their logs sit under logs/lr_scheduler/, the tag)."""
+    cases = pair(read_paths([baseline]), read_paths([LRS / "infinitrain"]))
+    assert {c.tag for c in cases} == {"lr_scheduler"}
+    return {c.label.removeprefix("lr_scheduler/"): c for c in cases}
 
 
 def test_the_real_lr_scheduler_logs_give_the_documented_figures():

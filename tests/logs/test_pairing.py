@@ -123,7 +123,8 @@ def test_script_sections_pair_with_the_lr_scheduler_logs():
     lrs = FIXTURES / "lr_scheduler"
     cases = pair(read_paths([lrs / "pytorch"]), read_paths([lrs / "infinitrain"]))
     assert len(cases) == 20 and {c.status for c in cases} <= {PASSED, FAILED}
-    assert {c.label for c in cases} >= {"gpt2/3_none_zero2", "llama3/8_bfloat16_none_all_parallel"}
+    assert {c.label for c in cases} >= {"lr_scheduler/gpt2/3_none_zero2",
+                                        "lr_scheduler/llama3/8_bfloat16_none_all_parallel"}
     assert all(c.lr is not None and c.lr.problem is None for c in cases)
 
 

@@ -207,7 +207,9 @@ def test_infinitrain_lr_scheduler_logs_read_their_lr():
     (run,) = read_paths([LRS / "infinitrain" / "logs" / "lr_scheduler" /
                          "gpt2_5_linear_tp4_sp_distopt.log"]).runs
     assert (run.model, run.case, run.dtype, run.tag) == (
-        "gpt2", "5_linear_tp4_sp_distopt", "float32", None)  # no run_metadata.log: no tag
+        "gpt2", "5_linear_tp4_sp_distopt", "float32", "lr_scheduler")
+    # logs/<tag>/ is the tag without a run_metadata.log too: InfiniTrain-Test's nights of
+    # 2026-06-18 to 07-03 on g3025 keep logs/basic/ with no metadata file
     assert run.lrs == (0.0, 5e-6, 1e-5, 8.87e-6, 7.75e-6, 6.62e-6, 5.5e-6, 4.38e-6, 3.25e-6,
                        2.13e-6)
     assert run.lr_resolutions[0] == 0.0 and run.lr_resolutions[3] == pytest.approx(1e-8)
