@@ -8,19 +8,23 @@ tokens/s, step time and peak memory from the InfiniTrain backend's step-line par
 (harness.launch.backends.parse_step_lines, the one place InfiniTrain's step lines are read), as
 InfiniTrain-Test's own history writer takes them: the mean over steps >= 2 (step 1 includes the
 warm-up). The date is the metadata's `[RUN_STARTED_AT]`, else the earliest glog time of the
-folder's step lines, else the date folder; branch and commit are the metadata's, else the folder name's. A run
-folder holds no verdict: its rows have status `ran` (a log cut short of its last step: `error`,
-with the reason), and no margins.
+folder's step lines, else the date folder; branch and commit are the metadata's, else the
+folder name's (harness.logs.run_folder). A row's verdict is the recorded self-check's (harness.logs.selfcheck: each case against the folder's
+one-device run of its mathematics), `passed` or `failed` with its loss margin; a case with no
+reference has status `ran`, a log cut short of its last step `error` (with the reason).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
 from harness.launch.backends import parse_step_lines
-from harness.logs.readers import BadInput, read_infinitrain, read_run_metadata
+from harness.logs.archive import judge_reading
+from harness.logs.readers import BadInput, read_infinitrain, read_paths, read_run_metadata
+from harness.logs.selfcheck import FAILED, PASSED, Judged
 from harness.logs.run_folder import branch_commit, run_date, run_root
 
 from .rows import HistoryRow
@@ -88,6 +92,30 @@ def _one_date_per_run(rows: list[HistoryRow]) -> list[HistoryRow]:
     return [dataclasses.replace(r, date=first[r.session]) for r in rows]
 
 
+def _self_check(given: Path) -> dict[str, Judged]:
+    """The recorded self-check of every run folder under a path (harness.logs.selfcheck), by
+    log file."""
+    try:
+        reading = read_paths([given])
+    except FileNotFoundError:
+        return {}
+    return {r.case.run.meta["file"]: r for r in judge_reading(reading)
+            if r.case is not None and r.status in (PASSED, FAILED)}
+
+
+def _with_verdict(row: HistoryRow, judged: Judged | None) -> HistoryRow:
+    """A run folder's row with its self-check verdict against the folder's one-device run:
+    its status and loss margin (threshold / worst, inf where equal); a log cut short stays an
+    error."""
+    if judged is None or row.status == "error":
+        return row
+    ratio = judged.worst_ratio
+    margin = math.inf if ratio == 0 else (1 / ratio if ratio is not None else None)
+    status = judged.status.lower()
+    return dataclasses.replace(row, status=status, self_check=status, loss_margin=margin,
+                               reason=judged.line() if judged.status == FAILED else row.reason)
+
+
 def read_run_folders(paths: list[Path]) -> tuple[list[HistoryRow], list[str]]:
     """Every InfiniTrain log under the paths (run folders, or any folder above them): rows, and
     one line per log that could not be read."""
@@ -101,7 +129,9 @@ def read_run_folders(paths: list[Path]) -> tuple[list[HistoryRow], list[str]]:
             p for p in given.rglob("*.log") if p.parent.name != "profile_logs"
             and not _NOT_A_RUN.match(p.name))
         found = [read_run_log(log) for log in logs]
-        rows += _one_date_per_run([r for r in found if isinstance(r, HistoryRow)])
+        judged = _self_check(given) if logs else {}
+        rows += _one_date_per_run([_with_verdict(r, judged.get(r.origin))
+                                   for r in found if isinstance(r, HistoryRow)])
         notes += [b.message for b in found if isinstance(b, BadInput)]
         if not logs:
             notes.append(f"{given}: no <model>_<case>.log under it; expected an InfiniTrain "

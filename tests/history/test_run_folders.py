@@ -101,3 +101,40 @@ def test_the_real_infinitrain_test_run_folder():
     assert {r.date for r in rows} == {"2025-11-27T07:51:43"}  # one night: the first log's time
     assert gpt2.last_loss == pytest.approx(5.271437) and gpt2.last_step == 10
     assert 8000 < gpt2.tokens_per_s < 10500  # steps 2-10 of the log: 9281, ..., 9077 tok/s
+
+
+NIGHTS = Path(__file__).parents[1] / "logs" / "fixtures" / "nights"  # real nights (README there)
+
+
+def test_a_nights_self_check_verdicts_land_in_the_history(tmp_path):
+    rows, notes = read_run_folders([NIGHTS])
+    assert notes == []
+    by = {(r.machine, r.name): r for r in rows}
+    sp = by[("g3025", "basic/gpt2/5")]
+    assert (sp.status, sp.self_check) == ("failed", "failed")
+    assert sp.loss_margin == pytest.approx(1 / 95, rel=0.05)  # threshold / worst
+    assert "first diverging step 2" in sp.reason
+    dp = by[("maca_c550_49", "basic/gpt2/4")]
+    assert dp.status == "passed" and dp.loss_margin > 1
+    assert by[("g3025", "basic/gpt2/2")].status == "ran"  # the reference itself: no verdict
+    history = history_path(tmp_path)
+    append_rows(history, rows)
+    kept = {(r.machine, r.name): r.status for r in read_history(history).rows}
+    assert kept[("maca_c550_49", "basic/gpt2/8")] == "failed"
+
+
+def test_a_case_that_breaks_at_a_build_is_a_finding_of_the_history(tmp_path):
+    from harness.history.findings import status_changes
+    from tests.logs.nightly_logs import DP8, ONE, TP4_SP, night, off_from, write_log
+    for day, build, off in (("20260701", "master_aaaaaaa", 1e-6),
+                            ("20260702", "master_bbbbbbb", 1e-6),
+                            ("20260703", "master_ccccccc", 7e-4),
+                            ("20260704", "master_ddddddd", 7e-4)):
+        run = night(tmp_path, day=day, build=build)
+        write_log(run, "2", ONE, day=day)
+        write_log(run, "3", DP8, day=day)
+        write_log(run, "5", TP4_SP, losses=off_from(2, off), day=day)
+    rows, _ = read_run_folders([tmp_path])
+    (found,) = [f for f in status_changes(rows) if f.name == "basic/gpt2/5"]
+    assert found.kind == "broke" and "broke at build ccccccc" in found.text, found.line
+    assert found.row.date.startswith("2026-07-03")
