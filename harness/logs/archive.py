@@ -213,15 +213,45 @@ def _cross_hardware(nights: list[Night]) -> list[str]:
 # -------------------------------------------------------------------------- report
 
 
-def grid(rows: Sequence[Judged]) -> list[str]:
-    """Cases x nights (machine and night a column): each cell the worst |diff| over its limit,
-    `✗` where it failed, `·` where the case was not judged that night."""
+# The markdown grid's columns: the newest nights (the picture holds every night).
+GRID_COLUMNS = 14
+
+
+def _columns(nights) -> list[tuple[str, str]]:
+    return sorted({(n.night, n.machine) for ns in nights.values() for n in ns})
+
+
+def grid_picture(rows: Sequence[Judged], path: Path) -> Path | None:
+    """The whole archive's cases x nights as a PNG (harness.logs.grid_plot); None when no case
+    was judged."""
     nights = _nights(rows)
-    columns = sorted({(n.night, n.machine) for ns in nights.values() for n in ns})
+    columns = _columns(nights)
+    if not columns:
+        return None
+    from .grid_plot import draw_grid  # matplotlib's import only where a picture is drawn
+    keys = sorted(nights)
+    index = {c: j for j, c in enumerate(columns)}
+    cells = {(i, index[(n.night, n.machine)]): n.ratio
+             for i, key in enumerate(keys) for n in nights[key]}
+    names = [label + ("" if dtype == "float32" else f" {dtype}") for label, dtype in keys]
+    return draw_grid(names, [f"{night} {machine}" for night, machine in columns], cells, path)
+
+
+def grid(rows: Sequence[Judged]) -> list[str]:
+    """Cases x nights (machine and night a column, the newest GRID_COLUMNS): each cell the
+    worst |diff| over its limit, `✗` where it failed, `·` where the case was not judged that
+    night."""
+    nights = _nights(rows)
+    columns = _columns(nights)
     if not columns:
         return ["no case judged against a reference"]
+    note = []
+    if len(columns) > GRID_COLUMNS:
+        note = [f"The newest {GRID_COLUMNS} of {len(columns)} columns; the picture above "
+                "holds them all.", ""]
+        columns = columns[-GRID_COLUMNS:]
     head = "| case | " + " | ".join(f"{night}<br>{machine}" for night, machine in columns) + " |"
-    out = [head, "|" + " --- |" * (len(columns) + 1)]
+    out = note + [head, "|" + " --- |" * (len(columns) + 1)]
     for (label, dtype), ns in sorted(nights.items()):
         at = {(n.night, n.machine): n for n in ns}
         cells = []
@@ -237,7 +267,8 @@ def grid(rows: Sequence[Judged]) -> list[str]:
     return out
 
 
-def report_md(rows: Sequence[Judged], given: Sequence[str], notes: Sequence[str] = ()) -> str:
+def report_md(rows: Sequence[Judged], given: Sequence[str], notes: Sequence[str] = (),
+              picture: str | None = None) -> str:
     counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
     folders = sorted({r.place.label for r in rows if r.place is not None})
     out = ["# Recorded runs judged against their one-device reference", "",
@@ -248,7 +279,8 @@ def report_md(rows: Sequence[Judged], given: Sequence[str], notes: Sequence[str]
            "its own run folder (else the least-parallel run of it, said so): the loss per step "
            "at the dtype's threshold, never below the print resolution. A cell is the worst "
            "|diff| over that limit (over 1 fails).", "",
-           "## Cases x nights", ""] + grid(rows)
+           "## Cases x nights", ""] + ([f"![cases x nights]({picture})", ""] if picture
+                                         else []) + grid(rows)
     found = case_findings(rows)
     out += ["", "## Across nights and machines", ""]
     out += [f"- {f}" for f in found] or ["nothing judged on more than one night"]

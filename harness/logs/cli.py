@@ -3,7 +3,7 @@
 `python -m harness.logs RUNS` judges every InfiniTrain run folder under RUNS on its own: each
 case against the recorded run that is its one-device reference (harness.logs.selfcheck), the
 same case followed across nights and machines (harness.logs.archive); one line a case,
-report.md and findings.jsonl beside it; exit 0 when no case failed or was a bad input, 1 when
+report.md, and grid.png (cases x nights) and findings.jsonl beside it; exit 0 when no case failed or was a bad input, 1 when
 one was.
 
 `python -m harness.logs BASELINE SUBJECT` pairs the runs of two folders by case name, judges
@@ -291,7 +291,9 @@ def self_check(paths: Sequence[str], output: Path, declared: DeclaredRoles,
     if output.is_dir():
         output = output / "report.md"
     try:
-        output.write_text(archive.report_md(rows, paths, notes))
+        picture = archive.grid_picture(rows, output.with_name("grid.png"))
+        output.write_text(archive.report_md(rows, paths, notes,
+                                            picture.name if picture else None))
         findings = output.with_name("findings.jsonl")
         archive.write_findings(rows, findings)
     except OSError as e:

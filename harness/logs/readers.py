@@ -453,7 +453,8 @@ def read_paths(paths: Iterable[str | Path]) -> Reading:
     """Every recorded run under the paths (files, or folders searched recursively for any
     mix of kinds). A path that is not there, or holds no recorded run, is a
     FileNotFoundError."""
-    reading = Reading((), ())
+    runs: list[RecordedRun] = []
+    bad: list[BadInput] = []
     for given in paths:
         path = Path(given)
         if not path.exists():
@@ -467,13 +468,15 @@ def read_paths(paths: Iterable[str | Path]) -> Reading:
                 continue
             found = True
             try:
-                reading = reading + READERS[kind](file)
+                read = READERS[kind](file)
             except OSError as e:
-                reading = reading + Reading((), (BadInput(str(file), f"{file}: unreadable "
-                                                          f"({e}); expected a {kind} log"),))
+                read = Reading((), (BadInput(str(file), f"{file}: unreadable ({e}); expected a "
+                                                        f"{kind} log"),))
+            runs += read.runs
+            bad += read.bad
         if not found:
             raise FileNotFoundError(f"{path}: no recorded run; expected at least one of "
                                     "result_pytorch*.log, result_megatron_training_<model>.log, "
                                     "result_megatron_<model>.log, <model>_<case>.log, "
                                     "results.jsonl")
-    return reading
+    return Reading(tuple(runs), tuple(bad))

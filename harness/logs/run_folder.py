@@ -71,15 +71,8 @@ class RunPlace:
     night: str | None  # the date folder, YYYY-MM-DD
     branch: str | None
     commit: str | None
-    night_folder: Path | None = None  # the `YYYYMMDD` folder
-
-    @property
-    def label(self) -> str:
-        """`machine/YYYYMMDD/branch_sha` as the archive spells it, else the folder's path."""
-        if self.night_folder is None:
-            return str(self.root)
-        return f"{self.machine}/{self.night_folder.name}/" + \
-            self.root.relative_to(self.night_folder).as_posix()
+    # `machine/YYYYMMDD/branch_sha` as the archive spells it, else the folder's path
+    label: str
 
 
 def run_place(log: Path, meta: dict) -> RunPlace:
@@ -98,6 +91,7 @@ def run_place(log: Path, meta: dict) -> RunPlace:
     else:
         branch, commit = branch_commit(root.name) if root is not None else (None, None)
         day = machine = None
+    label = (f"{machine}/{day}/{root.relative_to(day_folder).as_posix()}" if day_folder
+             else str(folder))
     return RunPlace(folder, machine, f"{day[:4]}-{day[4:6]}-{day[6:]}" if day else None,
-                    meta.get("git_branch") or branch, meta.get("git_commit") or commit,
-                    day_folder)
+                    meta.get("git_branch") or branch, meta.get("git_commit") or commit, label)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -123,8 +124,10 @@ def topology_of(args: dict[str, Any], processes: int, departures: Sequence[str],
                     tuple(f"--{n}={args[n]}" for n in departures if n not in named))
 
 
+@cache
 def program_defaults(program: str) -> dict[str, Any]:
-    """The program's DEFINE_* defaults, typed through the flag table."""
+    """The program's DEFINE_* defaults, typed through the flag table (one dict per program,
+    read, never changed)."""
     out = {}
     for name, value in PROGRAMS[program].defaults.items():
         out[name] = FLAG_TABLE[name].check(value) if name in FLAG_TABLE else value
@@ -294,7 +297,7 @@ class Judged:
             return self.case.dtype
         return dtype_of(self.bad.case) if self.bad and self.bad.case else "?"
 
-    @property
+    @cached_property
     def worst_ratio(self) -> float | None:
         """The largest |diff| over the limit it was judged by (1.0: at the threshold)."""
         v = self.verdict
