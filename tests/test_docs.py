@@ -3,7 +3,7 @@
 A code block (4-space indented, or fenced ```bash / ```sh / ```console) preceded by
 `<!-- docs-test: run -->` is run as written by bash, blocks of a file in order, in one fresh
 folder (so `assets/` and `reports/` land there, not in the repository; the folder's `configs`
-is the checkout's, so a block reads as run from the checkout); a block preceded by
+and `tests` are the checkout's, so a block reads as run from the checkout); a block preceded by
 `<!-- docs-test: collect -->` is too heavy to run here (the full pipeline_layout job): each of
 its `python -m pytest` commands is run from the repository root with `--collect-only -q`
 appended, which checks its options, markers and config. Every command line of every block in
@@ -89,6 +89,7 @@ def test_the_marked_blocks_exist():
                          ids=lambda p: p.name)
 def test_run_blocks_run_as_written(path, tmp_path):
     (tmp_path / "configs").symlink_to(ROOT / "configs")
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # its fixtures: real logs the docs judge
     for mark, commands in blocks(path):
         if mark != "run":
             continue

@@ -47,6 +47,12 @@ def test_the_facts_that_decide_a_run():
     # every batch flag a program names is in the flag table, as InfiniTrain's
     for program in PROGRAMS.values():
         assert all(INFINITRAIN in FLAG_TABLE[f].trainers for f in program.batch_flags)
+        # its microbatch flag is one of them, and every default is a value the table types
+        assert program.microbatch_flag in program.batch_flags
+        for name, value in program.defaults.items():
+            assert FLAG_TABLE[name].check(value) == value, (program.name, name)
+    assert PROGRAMS["llama3"].defaults["learning_rate"] == 1e-5  # llama3/main.cc:62
+    assert PROGRAMS["gpt2"].defaults["total_batch_size"] == 256  # gpt2/main.cc:57
 
 
 def _doc(**change):
@@ -56,7 +62,8 @@ def _doc(**change):
                             ("groups_variable", "X_TEST_GROUPS"), ("default_groups", "a"),
                             ("runs_every_tag_without_groups", False), ("step_line", "glog"),
                             ("batch_flags", ["batch_size"]), ("multi_device", False),
-                            ("family", None))}}))
+                            ("family", None), ("defaults", {"batch_size": 4}),
+                            ("microbatch_flag", "batch_size"))}}))
     entry.update(change)
     return json.dumps({"programs": [entry]})
 
