@@ -19,7 +19,8 @@ from typing import Iterable, Sequence
 
 from harness.contracts.flags import NO_DECLARED_ROLES, DeclaredRoles
 
-from .readers import BadInput, Reading
+from .readers import BadInput, Reading, RecordedRun
+from .run_folder import RunPlace
 from .selfcheck import (
     BAD,
     FAILED,
@@ -29,6 +30,7 @@ from .selfcheck import (
     REFERENCE,
     STATUSES,
     Judged,
+    RecordedCase,
     judge_folder,
     recorded_case,
     worst_text,
@@ -43,7 +45,10 @@ def judge_reading(reading: Reading, declared: DeclaredRoles = NO_DECLARED_ROLES,
     """Every InfiniTrain run of a reading, run folder by run folder, judged; its bad inputs
     beside (each in the folder it came from where that is known)."""
     by_folder: dict[str, list] = {}
+    rows: list[Judged] = []
     for run in reading.runs:
+        if run.kind == "harness":
+            rows.append(session_verdict(run))
         if run.kind != "infinitrain":
             continue
         case = recorded_case(run, declared, config_args)
@@ -51,10 +56,26 @@ def judge_reading(reading: Reading, declared: DeclaredRoles = NO_DECLARED_ROLES,
         by_folder.setdefault(key, []).append(case)
     for bad in reading.bad:
         by_folder.setdefault(_folder_of(bad), []).append(bad)
-    rows: list[Judged] = []
     for key in sorted(by_folder):
         rows += judge_folder(by_folder[key])
     return rows
+
+
+# A harness session's record status, as this tool's statuses.
+_SESSION_STATUS = {"passed": PASSED, "failed": FAILED}
+
+
+def session_verdict(run: RecordedRun) -> Judged:
+    """A harness session's case: judged already, live, against the reference run the session
+    ran (its record's status), not again."""
+    folder = Path(run.meta["file"]).parent
+    place = RunPlace(folder, None, None, None, None, str(folder))
+    status = run.meta.get("status")
+    judged = _SESSION_STATUS.get(status, NOT_JUDGED)
+    why = (f"{run.source}: the session's own verdict, against the one-device reference it ran"
+           if judged != NOT_JUDGED else
+           f"{run.source}: status {status!r} in the session's record; no verdict to report")
+    return Judged(RecordedCase(run, place, run.model), judged, why, place=place)
 
 
 def _folder_of(bad: BadInput) -> str:

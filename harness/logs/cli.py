@@ -279,7 +279,7 @@ def self_check(paths: Sequence[str], output: Path, declared: DeclaredRoles,
               "<model>_<case>.log files of a run folder", file=sys.stderr)
         return 2
     others = sorted({r.meta.get("file", r.source) for r in reading.runs
-                     if r.kind != "infinitrain"})
+                     if r.kind not in ("infinitrain", "harness")})
     notes = [f"{f}: a {kind} log, not a run folder's: not judged here (python -m "
              f"harness.logs BASELINE SUBJECT compares a folder with it)"
              for f, kind in ((f, next(r.kind for r in reading.runs

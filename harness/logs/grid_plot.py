@@ -17,8 +17,8 @@ import numpy as np  # noqa: E402
 
 # green (far below the threshold) through yellow (at it) to red (far above)
 _CMAP = LinearSegmentedColormap.from_list("ratio", ["#1a9850", "#91cf60", "#fee08b",
-                                                    "#fc8d59", "#d73027"])
-_CMAP.set_bad("#d9d9d9")
+                                                    "#fc8d59", "#d73027"]).with_extremes(
+    bad="#d9d9d9")
 RATIO_RANGE = (1e-2, 1e2)  # the colour scale; values beyond are drawn at its ends
 
 

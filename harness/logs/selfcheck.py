@@ -316,7 +316,8 @@ class Judged:
     def line(self) -> str:
         head = f"{self.status} {self.label} {self.dtype}"
         where = f" [{self.place.label}]" if self.place is not None else ""
-        if self.status in (NOT_JUDGED, NO_REFERENCE, BAD):
+        if self.status in (NOT_JUDGED, NO_REFERENCE, BAD) or (self.verdict is None
+                                                             and self.status != REFERENCE):
             return f"{head}{where}: {self.why}"
         if self.status == REFERENCE:
             return (f"{head}{where}: " + ("the one-device run" if self.one_device else

@@ -306,3 +306,19 @@ def test_a_log_with_no_step_line_is_a_bad_input_and_the_rest_is_judged(tmp_path,
     assert code == 1
     assert "PASSED basic/gpt2/3" in out
     assert "BAD INPUT basic/gpt2/5 float32: " in out and "no `step N/M | train loss X` lines" in out
+
+
+def test_a_harness_session_folder_reports_its_own_live_verdicts(tmp_path, capsys):
+    from harness.results import new_record
+    session = tmp_path / "sessions" / "20260710-061811-1"
+    session.mkdir(parents=True)
+    records = [new_record(name=f"basic/gpt2/{case}", model="gpt2", case_id=case, tag="basic",
+                          losses=[5.36, 5.06], steps=[1, 2], flags={"dtype": "float32"},
+                          status=status)
+               for case, status in (("3", "passed"), ("5", "failed"), ("6", "skipped"))]
+    (session / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 1
+    out = capsys.readouterr().out
+    assert "PASSED basic/gpt2/3 float32" in out and "FAILED basic/gpt2/5 float32" in out
+    assert "the session's own verdict, against the one-device reference it ran" in out
+    assert "NOT JUDGED basic/gpt2/6 float32" in out and "status 'skipped'" in out
