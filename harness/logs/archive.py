@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -83,6 +84,35 @@ def _folder_of(bad: BadInput) -> str:
     path = Path(bad.source.split(" [")[0])
     root = run_root(path)
     return str(root if root is not None else path.parent)
+
+
+def empty_run_folders(paths: Sequence[str], rows: Sequence[Judged]) -> list[Judged]:
+    """A BAD INPUT row for every run folder (a `logs/` folder) under the paths that gave no
+    row: no log the harness can read there."""
+    seen = {str(r.place.root) for r in rows if r.place is not None}
+    seen |= {_folder_of(r.bad) for r in rows if r.bad is not None}
+    out = []
+    for given in paths:
+        for folder, subfolders, files in os.walk(given):
+            if Path(folder).name != "logs" or not _holds_logs(Path(folder), files):
+                continue
+            subfolders.clear()  # what is inside a run's logs/ folder is that run's
+            root = Path(folder).parent
+            if str(root) not in seen:
+                bad = BadInput(str(root), f"{folder}: no log the harness can read; expected "
+                                          "<model>_<case>.log files with `step N/M | train "
+                                          "loss X` lines")
+                out.append(Judged(None, BAD, bad.message, bad=bad))
+    return out
+
+
+def _holds_logs(folder: Path, files: list[str]) -> bool:
+    """Whether a `logs/` folder is a run's: `.log` files in it or in its tag folders (the
+    archive's own `infinitrain/logs/` holds machines)."""
+    if any(f.endswith(".log") for f in files):
+        return True
+    return any(p.suffix == ".log" for sub in folder.iterdir() if sub.is_dir()
+               for p in sub.iterdir())
 
 
 # ----------------------------------------------------------------------- the records

@@ -284,6 +284,7 @@ def self_check(paths: Sequence[str], output: Path, declared: DeclaredRoles,
              f"harness.logs BASELINE SUBJECT compares a folder with it)"
              for f, kind in ((f, next(r.kind for r in reading.runs
                                       if r.meta.get("file", r.source) == f)) for f in others)]
+    rows += archive.empty_run_folders(paths, rows)
     for row in rows:
         print(row.line())
     for note in notes:

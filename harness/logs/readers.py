@@ -438,8 +438,9 @@ def kind_of(path: Path) -> str | None:
         return "megatron"
     if name.startswith("result_megatron_") and name.endswith(".log"):
         return "megatron_steps"
+    # InfiniTrain-Test keeps each build's output beside the runs as build_<n>.log: no run
     if (name.endswith(".log") and name != "run_metadata.log" and "profile" not in name
-            and not name.startswith("result_") and ID_NAME.match(path.stem)):
+            and not name.startswith(("result_", "build_")) and ID_NAME.match(path.stem)):
         return "infinitrain"
     return None
 

@@ -322,3 +322,16 @@ def test_a_harness_session_folder_reports_its_own_live_verdicts(tmp_path, capsys
     assert "PASSED basic/gpt2/3 float32" in out and "FAILED basic/gpt2/5 float32" in out
     assert "the session's own verdict, against the one-device reference it ran" in out
     assert "NOT JUDGED basic/gpt2/6 float32" in out and "status 'skipped'" in out
+
+
+def test_a_run_folder_with_no_readable_log_is_one_line(tmp_path, capsys):
+    run = night(tmp_path)
+    write_log(run, "2", ONE)
+    write_log(run, "3", DP8)
+    empty = night(tmp_path, day="20260711") / "logs"
+    empty.mkdir(parents=True)
+    (empty / "build_1.log").write_text("[ 10%] Building CXX object\n")  # a build log: no run
+    assert main([str(tmp_path), "-o", str(tmp_path / "r.md")]) == 1
+    out = capsys.readouterr().out
+    assert "PASSED basic/gpt2/3" in out
+    assert f"BAD INPUT ? ?: {empty}: no log the harness can read; expected" in out
