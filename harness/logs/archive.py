@@ -108,10 +108,14 @@ def empty_run_folders(paths: Sequence[str], rows: Sequence[Judged]) -> list[Judg
 
 def _holds_logs(folder: Path, files: list[str]) -> bool:
     """Whether a `logs/` folder is a run's: `.log` files in it or in its tag folders (the
-    archive's own `infinitrain/logs/` holds machines)."""
-    if any(f.endswith(".log") for f in files):
+    archive's own `infinitrain/logs/` holds machines; a baseline's `logs/<machine>/` its
+    `result_*.log`)."""
+    def run_log(name: str) -> bool:
+        return name.endswith(".log") and not name.startswith("result_")
+
+    if any(run_log(f) for f in files):
         return True
-    return any(p.suffix == ".log" for sub in folder.iterdir() if sub.is_dir()
+    return any(run_log(p.name) for sub in folder.iterdir() if sub.is_dir()
                for p in sub.iterdir())
 
 

@@ -80,3 +80,13 @@ def test_the_whole_shared_copy(tmp_path):
     _check(rows)
     assert rows[(MACA, "basic/gpt2/3")].status == PASSED
     assert rows[("202511_a800/20251127/e7d57db_master", "gpt2/3")].status == PASSED
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"no shared copy at {SHARED}")
+def test_the_whole_shared_copy_from_the_command_line(tmp_path, capsys):
+    code = main([str(SHARED), "--flag-role", "allreduce_chunk_size_mb=topology",
+                 "-o", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1 and "BAD INPUT" not in out  # the baselines' logs/ folders are no runs
+    assert out.count("\nFAILED ") + out.startswith("FAILED ") == 9
+    assert "note: " in out and "a pytorch log, not a run folder's" in out
