@@ -335,3 +335,16 @@ def test_a_run_folder_with_no_readable_log_is_one_line(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "PASSED basic/gpt2/3" in out
     assert f"BAD INPUT ? ?: {empty}: no log the harness can read; expected" in out
+
+
+def test_a_branch_with_a_slash_and_no_metadata_is_read_from_its_folders(tmp_path):
+    # InfiniTrain-Test's g3025/20260703/fix/reducer_grad_accu/logs/basic/ (no run_metadata.log)
+    run = tmp_path / "infinitrain" / "logs" / "g3025" / "20260703" / "fix" / "reducer_grad_accu"
+    write_log(run, "2", ONE, metadata=False, day="20260702")
+    write_log(run, "3", DP8, metadata=False, day="20260702")
+    row = judged(tmp_path)["basic/gpt2/3"]
+    assert row.status == PASSED
+    place = row.place
+    assert (place.machine, place.night, place.branch, place.commit) == (
+        "g3025", "2026-07-03", "fix/reducer_grad_accu", None)
+    assert place.label == "g3025/20260703/fix/reducer_grad_accu"
