@@ -55,6 +55,33 @@ def step_limit(dtype: str, baseline_loss: float, resolution: float) -> float:
     return max(allowed_diff(dtype, baseline_loss), resolution * (1 + _RESOLUTION_SLACK))
 
 
+# bfloat16 keeps 8 significant bits (7 stored): one unit in the last place of a value in
+# [2**e, 2**(e+1)) is 2**(e-7).
+BFLOAT16_MANTISSA_BITS = 7
+# A loss printed `{:.6f}` is its value to half a unit of the sixth decimal.
+_PRINTED_HALF_UNIT = 5e-7
+
+
+def _bfloat16_ulp(x: float) -> float:
+    return 2.0 ** (math.floor(math.log2(abs(x))) - BFLOAT16_MANTISSA_BITS)
+
+
+def bfloat16_loss_resolution(*sides: Sequence[float]) -> float | None:
+    """Where every printed loss of every side is a bfloat16 value (a run that computes its loss
+    in bfloat16: InfiniTrain's bf16 cases before `add_autocast`, 2025-10-28, print 4.906250 and
+    4.937500, one bfloat16 unit apart), the largest unit in the last place among them: what the
+    trainer can print there. None where any loss is not one (a float32 loss, whatever the
+    compute dtype)."""
+    values = [float(x) for side in sides for x in side]
+    if not values or any(not math.isfinite(x) or x == 0 for x in values):
+        return None
+    for x in values:
+        ulp = _bfloat16_ulp(x)
+        if abs(x - round(x / ulp) * ulp) > _PRINTED_HALF_UNIT:
+            return None
+    return max(_bfloat16_ulp(x) for x in values)
+
+
 @dataclass(frozen=True)
 class BaselineVerdict:
     """The losses of one run against its baseline's, per common step."""

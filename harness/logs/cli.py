@@ -179,6 +179,8 @@ def judged(base: RecordedRun, run: RecordedRun) -> Case:
                                          f"expected {run.model} {run.dtype}")
     else:
         verdict = judge_baseline(run.steps, run.losses, base.steps, base.losses, run.dtype,
+                                 resolution=selfcheck.loss_resolution(run.dtype, run.losses,
+                                                                      base.losses),
                                  where=where)
         if run.lrs and base.lrs:
             lr = judge_lr(run.steps, run.lrs, run.lr_resolutions, base.steps, base.lrs,

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Sequence
 
 from harness.compare.baseline import (
     BaselineVerdict,
+    bfloat16_loss_resolution,
     LrVerdict,
     judge_baseline,
     judge_lr,
@@ -59,6 +60,8 @@ from .command_line import Command, CommandError, parse_command
 from .readers import BadInput, RecordedRun, dtype_of
 from .run_folder import RunPlace, run_place
 
+# InfiniTrain prints a loss `{:.6f}` (master@b24d92f:example/gpt2/main.cc:493).
+PRINTED_LOSS_RESOLUTION = 1e-6
 PASSED, FAILED, REFERENCE, NO_REFERENCE, NOT_JUDGED, BAD = (
     "PASSED", "FAILED", "REFERENCE", "NO REFERENCE", "NOT JUDGED", "BAD INPUT")
 STATUSES = (PASSED, FAILED, REFERENCE, NO_REFERENCE, NOT_JUDGED, BAD)
@@ -353,16 +356,29 @@ def _span(steps: Sequence[int]) -> str:
 
 
 def first_update_note(v: BaselineVerdict) -> str | None:
-    """Where the first compared step agrees and a later one diverges: the first update differs
-    (a gradient not reduced where it should be, the optimizer), not the forward."""
+    """Where the first compared step agrees and a later one diverges, the forward of the same
+    weights agrees: the first update differs (a gradient not reduced where it should be, the
+    optimizer) where the very next step diverges, a later update where one further on does."""
     if v.ok or v.problem or v.first_diverging_step is None or not v.steps:
         return None
-    first = v.steps[0]
-    if v.first_diverging_step == first:
+    first, diverging = v.steps[0], v.first_diverging_step
+    if diverging == first:
         return None
-    return (f"step {first} agrees (|diff| {v.diffs[0]:.1e}) and step {v.first_diverging_step} "
-            f"does not: the forward of the same weights agrees, the update after step "
-            f"{first} differs (a gradient not reduced where it should be, or the optimizer)")
+    if v.steps[1] == diverging:
+        return (f"step {first} agrees (|diff| {v.diffs[0]:.1e}) and step {diverging} does "
+                f"not: the forward of the same weights agrees, the update after step {first} "
+                "differs (a gradient not reduced where it should be, or the optimizer)")
+    last = v.steps[v.steps.index(diverging) - 1]
+    return (f"steps {first}-{last} agree and step {diverging} does not: the step-{first} "
+            f"forward agrees, an update before step {diverging} differs (or a difference grew "
+            "over the limit)")
+
+
+def loss_resolution(dtype: str, *sides: Sequence[float]) -> float:
+    """What the logs can print: 1e-6 (`{:.6f}`), or one bfloat16 unit where a bfloat16 run's
+    losses on both sides are bfloat16 values (harness.compare.baseline)."""
+    quantized = bfloat16_loss_resolution(*sides) if dtype == "bfloat16" else None
+    return max(PRINTED_LOSS_RESOLUTION, quantized or 0.0)
 
 
 def judge_case(case: RecordedCase, ref: RecordedCase, one_device: bool) -> Judged:
@@ -383,8 +399,10 @@ def judge_case(case: RecordedCase, ref: RecordedCase, one_device: bool) -> Judge
         verdict = judge_baseline((), (), (), (), case.dtype, where=where)
         return Judged(case, BAD, verdict.problem or "", ref, one_device, verdict,
                       place=case.place)
-    verdict = judge_baseline(common, [mine[s] for s in common], common,
-                             [theirs[s] for s in common], case.dtype, where=where)
+    run_losses, base_losses = [mine[s] for s in common], [theirs[s] for s in common]
+    verdict = judge_baseline(common, run_losses, common, base_losses, case.dtype,
+                             resolution=loss_resolution(case.dtype, run_losses, base_losses),
+                             where=where)
     lr = _judge_lr(case.run, ref.run, common, where)
     note = first_update_note(verdict)
     if note:

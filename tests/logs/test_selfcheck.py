@@ -348,3 +348,39 @@ def test_a_branch_with_a_slash_and_no_metadata_is_read_from_its_folders(tmp_path
     assert (place.machine, place.night, place.branch, place.commit) == (
         "g3025", "2026-07-03", "fix/reducer_grad_accu", None)
     assert place.label == "g3025/20260703/fix/reducer_grad_accu"
+
+
+# A bfloat16 run that computes its loss in bfloat16 prints bfloat16 values (InfiniTrain-Test's
+# 202510_h800 gpt2_2_bfloat16 of 2025-10-20: 4.937500, 4.906250, ...): one unit apart is 2**-5
+# in [4, 8), more than bfloat16's threshold of 0.01.
+BF16_LOSSES = (5.21875, 5.125, 5.03125, 4.9375, 4.875, 4.78125, 4.71875, 4.625, 4.5625, 4.5)
+
+
+def test_a_bfloat16_loss_one_bfloat16_unit_apart_is_within_what_the_logs_can_print(tmp_path):
+    run = night(tmp_path)
+    write_log(run, "2_bfloat16", ONE, dtype="bfloat16", losses=BF16_LOSSES)
+    write_log(run, "3_bfloat16", DP8, dtype="bfloat16", losses=off_from(7, 2 ** -5, BF16_LOSSES))
+    write_log(run, "5_bfloat16", TP4_SP, dtype="bfloat16",
+              losses=off_from(7, 3 * 2 ** -5, BF16_LOSSES))
+    rows = judged(tmp_path)
+    one = rows["basic/gpt2/3_bfloat16"]
+    assert one.status == PASSED and one.verdict.resolution == 2 ** -5  # 0.031 > 0.01, one unit
+    three = rows["basic/gpt2/5_bfloat16"]
+    assert three.status == FAILED and three.verdict.first_diverging_step == 7
+    assert "steps 1-6 agree and step 7 does not" in three.line()
+    # a float32 loss (the autocast runs print 5.219541) keeps the printed 1e-6
+    write_log(run, "6_bfloat16", DP8.replace("--nthread_per_process 8",
+                                             "--nthread_per_process 8 --pipeline_parallel 8"),
+              dtype="bfloat16", losses=off_from(7, 2 ** -5, LOSSES))
+    write_log(run, "2_bfloat16", ONE, dtype="bfloat16", losses=LOSSES)
+    rows = judged(tmp_path)
+    assert rows["basic/gpt2/6_bfloat16"].verdict.resolution == 1e-6
+    assert rows["basic/gpt2/6_bfloat16"].status == FAILED
+
+
+def test_bfloat16_loss_resolution():
+    from harness.compare.baseline import bfloat16_loss_resolution
+    assert bfloat16_loss_resolution(BF16_LOSSES, (3.90625,)) == 2 ** -5
+    assert bfloat16_loss_resolution((3.90625, 2.5)) == 2 ** -6
+    assert bfloat16_loss_resolution(BF16_LOSSES, (5.219541,)) is None
+    assert bfloat16_loss_resolution(()) is None and bfloat16_loss_resolution((0.0,)) is None
