@@ -238,7 +238,8 @@ def recorded_case(run: RecordedRun, declared: DeclaredRoles = NO_DECLARED_ROLES,
                    "BASELINE SUBJECT)")
             return RecordedCase(run, place, run.model, skip=why)
         args, world, where = found
-        program, flags_from, notes = run.model, f"{where} (no [COMMAND] line: by name)", []
+        program, flags_from = run.model, f"{where} (no [COMMAND] line: by name)"
+        notes = [f"no [COMMAND] line: judged by its name, with the flags of {where}"]
         args = {**args, "nthread_per_process": world} if world > 1 and \
             "nthread_per_process" not in args else args
     if program not in PROGRAMS:

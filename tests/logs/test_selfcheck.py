@@ -190,6 +190,7 @@ def test_a_log_without_a_command_line_is_judged_by_name_through_the_config(tmp_p
     rows = judged(tmp_path, config_args=config_cases(str(config)))
     assert rows["gpt2/3"].status == FAILED and rows["gpt2/3"].reference.label == "gpt2/2"
     assert "(no [COMMAND] line: by name)" in rows["gpt2/3"].case.flags_from
+    assert "no [COMMAND] line: judged by its name, with the flags of" in rows["gpt2/3"].line()
 
 
 def test_a_stdout_step_line_and_a_context_parallel_field_are_read(tmp_path):
