@@ -10,6 +10,7 @@ recorded one-device run of its mathematics (`python -m harness.logs RUNS [--conf
     selfcheck.py      one run folder judged on its own: each case against its reference
     archive.py        many run folders: the same case across nights and machines, the
                       report's grid, findings.jsonl
+    grid_plot.py      the archive's picture: cases x nights, the worst ratio a cell
     pairing.py        descriptive PyTorch section names paired through a cited table or a file;
                       baseline and subject paired by (model, case, tag)
     cli.py            the verdict lines, report.md and the exit code
