@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 from harness.contracts.flags import NO_DECLARED_ROLES, DeclaredRoles
 
 from .readers import BadInput, Reading, RecordedRun
-from .run_folder import RunPlace
+from .run_folder import RunPlace, run_root
 from .selfcheck import (
     BAD,
     FAILED,
@@ -80,7 +80,6 @@ def session_verdict(run: RecordedRun) -> Judged:
 
 
 def _folder_of(bad: BadInput) -> str:
-    from .run_folder import run_root
     path = Path(bad.source.split(" [")[0])
     root = run_root(path)
     return str(root if root is not None else path.parent)

@@ -70,6 +70,13 @@ STATUSES = (PASSED, FAILED, REFERENCE, NO_REFERENCE, NOT_JUDGED, BAD)
 DEPARTING_ROLES = DROPPED_BY_REFERENCE - {"output"}
 
 
+# The flags Topology's fields show by name; any other departing flag is shown as written.
+TOPOLOGY_FIELDS = frozenset({"nthread_per_process", "tensor_parallel", "sequence_parallel",
+                             "context_parallel", "pipeline_parallel",
+                             "virtual_pipeline_parallel", "zero_stage",
+                             "use_distributed_optimizer"})
+
+
 @dataclass(frozen=True)
 class Topology:
     """Where a recorded run ran: its device count and parallel degrees, as its flags say."""
@@ -118,13 +125,10 @@ def topology_of(args: dict[str, Any], processes: int, departures: Sequence[str],
                            f"context_parallel * pipeline_parallel = {tp} * {cp} * {pp}; "
                            "expected InfiniTrain's rank layout (global.cc: world % (TP*CP*PP)"
                            " == 0)")
-    named = {"nthread_per_process", "tensor_parallel", "sequence_parallel", "context_parallel",
-             "pipeline_parallel", "virtual_pipeline_parallel", "zero_stage",
-             "use_distributed_optimizer"}
     return Topology(world, world // (tp * cp * pp), tp, bool(args.get("sequence_parallel")),
                     cp, pp, _int(args, "virtual_pipeline_parallel"), _int(args, "zero_stage"),
                     bool(args.get("use_distributed_optimizer")),
-                    tuple(f"--{n}={args[n]}" for n in departures if n not in named))
+                    tuple(f"--{n}={args[n]}" for n in departures if n not in TOPOLOGY_FIELDS))
 
 
 @cache

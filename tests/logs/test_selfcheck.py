@@ -385,3 +385,9 @@ def test_bfloat16_loss_resolution():
     assert bfloat16_loss_resolution((3.90625, 2.5)) == 2 ** -6
     assert bfloat16_loss_resolution(BF16_LOSSES, (5.219541,)) is None
     assert bfloat16_loss_resolution(()) is None and bfloat16_loss_resolution((0.0,)) is None
+
+
+def test_the_flags_a_topology_shows_are_the_flag_tables_topology_flags():
+    from harness.contracts.flags import FLAG_TABLE
+    from harness.logs.selfcheck import TOPOLOGY_FIELDS
+    assert {FLAG_TABLE[n].role for n in TOPOLOGY_FIELDS} == {"topology"}
