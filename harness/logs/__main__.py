@@ -1,4 +1,4 @@
-"""`python -m harness.logs BASELINE SUBJECT [--pairing FILE] [-o REPORT]`."""
+"""`python -m harness.logs RUNS [--config FILE] [-o REPORT]`, or `BASELINE SUBJECT [--pairing FILE]`."""
 
 import sys
 

@@ -3,8 +3,8 @@
 `python -m harness.logs RUNS` judges every InfiniTrain run folder under RUNS on its own: each
 case against the recorded run that is its one-device reference (harness.logs.selfcheck), the
 same case followed across nights and machines (harness.logs.archive); one line a case,
-report.md, and grid.png (cases x nights) and findings.jsonl beside it; exit 0 when no case failed or was a bad input, 1 when
-one was.
+report.md, and grid.png (cases x nights) and findings.jsonl beside it; exit 0 when no case
+failed or was a bad input, 1 when one was.
 
 `python -m harness.logs BASELINE SUBJECT` pairs the runs of two folders by case name, judges
 each pair (the loss per step, and the printed lr per step where both logs print one), prints one
@@ -308,9 +308,11 @@ def self_check(paths: Sequence[str], output: Path, declared: DeclaredRoles,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.logs", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.logs",
+                                     usage="python -m harness.logs RUNS | BASELINE SUBJECT "
+                                           "[options]", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", metavar="RUNS | BASELINE SUBJECT",
+    parser.add_argument("paths", nargs="+", metavar="FOLDER",
                         help="one folder: every run folder under it judged on its own; two: "
                              "a baseline log or folder (PyTorch, Megatron, InfiniTrain, "
                              "harness session) and the runs to judge against it")
@@ -323,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="one folder: the role of a flag the flag table does not know")
     parser.add_argument("-o", "--output", default="report.md",
                         help="report.md path (a folder: report.md in it); one folder also "
-                             "writes findings.jsonl beside it")
+                             "writes grid.png and findings.jsonl beside it")
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
