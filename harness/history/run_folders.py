@@ -9,10 +9,10 @@ tokens/s, step time and peak memory from the InfiniTrain backend's step-line par
 InfiniTrain-Test's own history writer takes them: the mean over steps >= 2 (step 1 includes the
 warm-up). The date is the metadata's `[RUN_STARTED_AT]`, else the earliest glog time of the
 folder's step lines, else the date folder; branch and commit are the metadata's, else the
-folder name's (harness.logs.run_folder). A row's verdict is the recorded self-check's (harness.logs.selfcheck: each case against the folder's
-one-device run of its mathematics), `passed` or `failed` with its loss margin; a case with no
-reference has status `ran`, a log cut short of its last step `error` (with the reason).
-"""
+folder name's (harness.logs.run_folder). A row's verdict is the recorded self-check's
+(harness.logs.selfcheck: each case against the folder's one-device run of its mathematics),
+`passed` or `failed` with its loss margin; a case with no reference has status `ran`, a log cut
+short of its last step `error` (with the reason)."""
 
 from __future__ import annotations
 

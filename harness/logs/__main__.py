@@ -1,4 +1,5 @@
-"""`python -m harness.logs RUNS [--config FILE] [-o REPORT]`, or `BASELINE SUBJECT [--pairing FILE]`."""
+"""`python -m harness.logs RUNS [--config FILE] [-o REPORT]`, or
+`python -m harness.logs BASELINE SUBJECT [--pairing FILE] [-o REPORT]`."""
 
 import sys
 

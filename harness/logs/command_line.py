@@ -150,9 +150,9 @@ def _recorded_value(flag, value: str, where: str) -> Any:
             return float(text)
     except ValueError:
         pass
-    raise CommandError(f"{where}: --{flag.name}={value!r}: expected "
-                       f"{'a boolean' if flag.type is bool else 'an integer' if flag.type is int else 'a number'}"
-                       f" (gflags' {flag.type.__name__} flag)")
+    kind = {bool: "a boolean", int: "an integer"}.get(flag.type, "a number")
+    raise CommandError(f"{where}: --{flag.name}={value!r}: expected {kind} (gflags' "
+                       f"{flag.type.__name__} flag)")
 
 
 def parse_command(command: str, where: str) -> Command:
