@@ -58,8 +58,10 @@ def step_limit(dtype: str, baseline_loss: float, resolution: float) -> float:
 # bfloat16 keeps 8 significant bits (7 stored): one unit in the last place of a value in
 # [2**e, 2**(e+1)) is 2**(e-7).
 BFLOAT16_MANTISSA_BITS = 7
-# A loss printed `{:.6f}` is its value to half a unit of the sixth decimal.
-_PRINTED_HALF_UNIT = 5e-7
+# A loss printed `{:.6f}` is its value to half a unit of the sixth decimal: a bfloat16 value
+# with seven decimals (1.0078125, one unit in [1, 2)) prints 1.007812, exactly half a unit off,
+# 5.0000000007e-07 in float64; the slack keeps it one.
+_PRINTED_HALF_UNIT = 5e-7 * (1 + 1e-6)
 
 
 def _bfloat16_ulp(x: float) -> float:

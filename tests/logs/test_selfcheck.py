@@ -385,6 +385,10 @@ def test_bfloat16_loss_resolution():
     assert bfloat16_loss_resolution((3.90625, 2.5)) == 2 ** -6
     assert bfloat16_loss_resolution(BF16_LOSSES, (5.219541,)) is None
     assert bfloat16_loss_resolution(()) is None and bfloat16_loss_resolution((0.0,)) is None
+    # in [1, 2) a unit is 2**-7 and needs seven decimals: 1.0078125 prints 1.007812 (half a
+    # unit of the sixth decimal off), still a bfloat16 value as printed
+    assert bfloat16_loss_resolution((float(f"{1.0078125:.6f}"), 1.5)) == 2 ** -7
+    assert bfloat16_loss_resolution((1.007814,)) is None  # 1.5e-6 off: a float32 loss
 
 
 def test_the_flags_a_topology_shows_are_the_flag_tables_topology_flags():
