@@ -271,8 +271,29 @@ def _cross_hardware(nights: list[Night]) -> list[str]:
 GRID_COLUMNS = 14
 
 
-def _columns(nights) -> list[tuple[str, str]]:
-    return sorted({(n.night, n.machine) for ns in nights.values() for n in ns})
+Column = tuple[str, str, str]  # (night, machine, build): one run folder
+
+
+def _column(n: Night) -> Column:
+    return n.night, n.machine, n.build
+
+
+def _columns(nights) -> list[Column]:
+    return sorted({_column(n) for ns in nights.values() for n in ns})
+
+
+def _headers(columns: Sequence[Column], separator: str) -> list[str]:
+    """Each column's header: its night and machine, and its build where another run folder
+    shares both (two branches run the same night)."""
+    shared = {(night, machine) for i, (night, machine, _) in enumerate(columns)
+              if any(c[:2] == (night, machine) for c in columns[:i] + columns[i + 1:])}
+    return [separator.join([night, machine] + ([build] if (night, machine) in shared else []))
+            for night, machine, build in columns]
+
+
+def _case_name(label: str, dtype: str) -> str:
+    """The case as a row names it: its dtype added where neither float32 nor in its name."""
+    return label if dtype == "float32" or dtype in label else f"{label} {dtype}"
 
 
 def grid_picture(rows: Sequence[Judged], path: Path) -> Path | None:
@@ -285,16 +306,14 @@ def grid_picture(rows: Sequence[Judged], path: Path) -> Path | None:
     from .grid_plot import draw_grid  # matplotlib's import only where a picture is drawn
     keys = sorted(nights)
     index = {c: j for j, c in enumerate(columns)}
-    cells = {(i, index[(n.night, n.machine)]): n.ratio
-             for i, key in enumerate(keys) for n in nights[key]}
-    names = [label + ("" if dtype == "float32" else f" {dtype}") for label, dtype in keys]
-    return draw_grid(names, [f"{night} {machine}" for night, machine in columns], cells, path)
+    cells = {(i, index[_column(n)]): n.ratio for i, key in enumerate(keys) for n in nights[key]}
+    return draw_grid([_case_name(*key) for key in keys], _headers(columns, " "), cells, path)
 
 
 def grid(rows: Sequence[Judged]) -> list[str]:
-    """Cases x nights (machine and night a column, the newest GRID_COLUMNS): each cell the
-    worst |diff| over its limit, `✗` where it failed, `·` where the case was not judged that
-    night."""
+    """Cases x run folders (a night on a machine a column, the newest GRID_COLUMNS): each cell
+    the worst |diff| over its limit, `✗` where it failed, `·` where the case was not judged
+    there."""
     nights = _nights(rows)
     columns = _columns(nights)
     if not columns:
@@ -304,10 +323,10 @@ def grid(rows: Sequence[Judged]) -> list[str]:
         note = [f"The newest {GRID_COLUMNS} of {len(columns)} columns; the picture above "
                 "holds them all.", ""]
         columns = columns[-GRID_COLUMNS:]
-    head = "| case | " + " | ".join(f"{night}<br>{machine}" for night, machine in columns) + " |"
+    head = "| case | " + " | ".join(_headers(columns, "<br>")) + " |"
     out = note + [head, "|" + " --- |" * (len(columns) + 1)]
-    for (label, dtype), ns in sorted(nights.items()):
-        at = {(n.night, n.machine): n for n in ns}
+    for key, ns in sorted(nights.items()):
+        at = {_column(n): n for n in ns}
         cells = []
         for column in columns:
             n = at.get(column)
@@ -316,8 +335,7 @@ def grid(rows: Sequence[Judged]) -> list[str]:
             else:
                 mark = "✗ " if n.status == FAILED else ""
                 cells.append(f"{mark}{worst_text(n.ratio)}")
-        suffix = "" if dtype == "float32" else f" {dtype}"
-        out.append(f"| {label}{suffix} | " + " | ".join(cells) + " |")
+        out.append(f"| {_case_name(*key)} | " + " | ".join(cells) + " |")
     return out
 
 

@@ -15,9 +15,10 @@ from matplotlib.colors import LinearSegmentedColormap, LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 import numpy as np  # noqa: E402
 
-# green (far below the threshold) through yellow (at it) to red (far above)
-_CMAP = LinearSegmentedColormap.from_list("ratio", ["#1a9850", "#91cf60", "#fee08b",
-                                                    "#fc8d59", "#d73027"]).with_extremes(
+# greens below the threshold, reds above it, a break at 1 (the middle of RATIO_RANGE on a log
+# scale): a case just over its limit reads as red at a glance, one just under as green
+_CMAP = LinearSegmentedColormap.from_list("ratio", [
+    (0.0, "#1a9850"), (0.4999, "#d9ef8b"), (0.5, "#fdae61"), (1.0, "#a50026")]).with_extremes(
     bad="#d9d9d9")
 RATIO_RANGE = (1e-2, 1e2)  # the colour scale; values beyond are drawn at its ends
 
@@ -29,7 +30,10 @@ def draw_grid(cases: Sequence[str], columns: Sequence[str], cells: dict[tuple[in
     for (i, j), ratio in cells.items():
         if ratio is not None and math.isfinite(ratio):
             values[i, j] = min(max(ratio, RATIO_RANGE[0]), RATIO_RANGE[1])
-    left, right, bottom, top, cell = 2.8, 1.0, 1.9, 0.5, 0.25  # inches
+    # inches: the labels' room from their length (about 0.06 in a character at 6-7 points)
+    left = 0.4 + 0.065 * max(map(len, cases))
+    bottom = 0.4 + 0.055 * max(map(len, columns))
+    right, top, cell = 1.0, 0.5, 0.25
     width = min(left + right + cell * max(len(columns), 4), 60.0)
     height = min(bottom + top + cell * max(len(cases), 2), 60.0)
     figure = Figure(figsize=(width, height), dpi=100)
