@@ -395,3 +395,15 @@ def test_the_flags_a_topology_shows_are_the_flag_tables_topology_flags():
     from harness.contracts.flags import FLAG_TABLE
     from harness.logs.selfcheck import TOPOLOGY_FIELDS
     assert {FLAG_TABLE[n].role for n in TOPOLOGY_FIELDS} == {"topology"}
+
+
+def test_two_branches_of_one_night_on_one_machine_are_two_columns(tmp_path):
+    # InfiniTrain-Test's 202510_h800/20251021 holds master_2642ef8 and optim_binary_backward_807fe46
+    _archive(tmp_path, [("h800", "20251021", "master_2642ef8", 7e-4),
+                        ("h800", "20251021", "optim_binary_backward_807fe46", 1e-6)])
+    out = tmp_path / "report.md"
+    main([str(tmp_path), "-o", str(out)])
+    text = out.read_text()
+    assert ("| case | 2025-10-21<br>h800<br>master@2642ef8 | 2025-10-21<br>h800<br>"
+            "optim_binary_backward@807fe46 |") in text
+    assert "| basic/gpt2/5 | ✗ 16 | 0.022 |" in text
