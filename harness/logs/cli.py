@@ -256,6 +256,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def report_path(given: str) -> Path:
+    """-o as given: a `.md` file, else a folder (made where missing) with report.md in it."""
+    path = Path(given)
+    if path.suffix == ".md" and not path.is_dir():
+        return path
+    return path / "report.md"
+
+
 def config_cases(path: str) -> dict[str, tuple[dict, int, str]]:
     """A config's cases by `tag/model/id` and, where unique, `model/id`: (flags as written, the
     devices it runs on, where) — the flags of a log with no [COMMAND] line, by its name."""
@@ -291,9 +299,8 @@ def self_check(paths: Sequence[str], output: Path, declared: DeclaredRoles,
         print(row.line())
     for note in notes:
         print(f"note: {note}")
-    if output.is_dir():
-        output = output / "report.md"
     try:
+        output.parent.mkdir(parents=True, exist_ok=True)
         picture = archive.grid_picture(rows, output.with_name("grid.png"))
         output.write_text(archive.report_md(rows, paths, notes,
                                             picture.name if picture else None))
@@ -324,8 +331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--flag-role", action="append", default=[], metavar="NAME=ROLE",
                         help="one folder: the role of a flag the flag table does not know")
     parser.add_argument("-o", "--output", default="report.md",
-                        help="report.md path (a folder: report.md in it); one folder also "
-                             "writes grid.png and findings.jsonl beside it")
+                        help="the report: a .md file, else a folder (made where missing) with "
+                             "report.md in it; one folder also writes grid.png and "
+                             "findings.jsonl beside it")
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
@@ -338,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             declared = DeclaredRoles.parse(args.flag_role, "--flag-role") \
                 if args.flag_role else NO_DECLARED_ROLES
-            return self_check(args.paths, Path(args.output), declared, args.config)
+            return self_check(args.paths, report_path(args.output), declared, args.config)
         except (ValueError, FileNotFoundError, FlagError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -351,10 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = pair(baseline, subject, pairing)
     for c in cases:
         print(c.line())
-    out = Path(args.output)
-    if out.is_dir():
-        out = out / "report.md"
+    out = report_path(args.output)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(report_md(cases, args.paths[:1], args.paths[1:]))
     except OSError as e:
         print(f"error: {out}: {e}; expected a writable report path", file=sys.stderr)

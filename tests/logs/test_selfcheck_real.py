@@ -90,3 +90,22 @@ def test_the_whole_shared_copy_from_the_command_line(tmp_path, capsys):
     assert code == 1 and "BAD INPUT" not in out  # the baselines' logs/ folders are no runs
     assert out.count("\nFAILED ") + out.startswith("FAILED ") == 9
     assert "note: " in out and "a pytorch log, not a run folder's" in out
+
+
+INFINI_RUN = Path(__file__).parent / "fixtures" / "infini_run"
+
+
+def test_a_real_per_group_launch_through_infini_run_is_judged_on_its_processes(tmp_path):
+    # the newer runner's 8_proc group: ./infini_run --nproc_per_node=8 ./gpt2
+    # --nthread_per_process 1 --tensor_parallel 4 --sequence_parallel true (fixtures/README.md)
+    rows = {r.label: r for r in judge_reading(read_paths([INFINI_RUN]))}
+    row = rows["8_proc/gpt2/5_8proc"]
+    assert row.case.topology.world == 8 and row.case.args["nthread_per_process"] == 1
+    assert row.topology_difference == "DP 2 × TP 4 + SP against one device"
+    assert row.reference.label == "basic/gpt2/2"  # the folder's one-device run, another tag
+    assert row.status == FAILED and row.verdict.first_diverging_step == 2
+    assert row.place.branch == "fix/dataloader-global-batches"  # the log's own [GIT_BRANCH]
+    assert row.place.commit.startswith("2c2fc03")
+    out = tmp_path / "new" / "folder"  # -o a folder that is not there yet: made
+    assert main([str(INFINI_RUN), "-o", str(out)]) == 1
+    assert (out / "report.md").is_file() and (out / "findings.jsonl").is_file()
