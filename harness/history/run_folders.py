@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness.launch.backends import parse_step_lines
 from harness.logs.archive import judge_reading
-from harness.logs.readers import BadInput, read_infinitrain, read_paths, read_run_metadata
+from harness.logs.readers import BadInput, Reading, read_infinitrain, read_run_metadata
 from harness.logs.selfcheck import FAILED, PASSED, Judged
 from harness.logs.run_folder import branch_commit, run_date, run_root
 
@@ -44,7 +44,11 @@ def _mean(values: list[float]) -> float | None:
 
 def read_run_log(log: Path) -> HistoryRow | BadInput:
     """One log of a run folder as a history row, or what is wrong with it."""
-    reading = read_infinitrain(log)
+    return _row(log, read_infinitrain(log))
+
+
+def _row(log: Path, reading: Reading) -> HistoryRow | BadInput:
+    """The history row of a log read as `reading` (harness.logs.readers.read_infinitrain)."""
     if reading.bad:
         return reading.bad[0]
     run = reading.runs[0]
@@ -92,14 +96,11 @@ def _one_date_per_run(rows: list[HistoryRow]) -> list[HistoryRow]:
     return [dataclasses.replace(r, date=first[r.session]) for r in rows]
 
 
-def _self_check(given: Path) -> dict[str, Judged]:
-    """The recorded self-check of every run folder under a path (harness.logs.selfcheck), by
-    log file."""
-    try:
-        reading = read_paths([given])
-    except FileNotFoundError:
-        return {}
-    return {r.case.run.meta["file"]: r for r in judge_reading(reading)
+def _self_check(readings: list[Reading]) -> dict[str, Judged]:
+    """The recorded self-check of the runs read (harness.logs.selfcheck: each run folder's
+    cases against its one-device run), by log file."""
+    runs = tuple(run for reading in readings for run in reading.runs)
+    return {r.case.run.meta["file"]: r for r in judge_reading(Reading(runs, ()))
             if r.case is not None and r.status in (PASSED, FAILED)}
 
 
@@ -128,8 +129,9 @@ def read_run_folders(paths: list[Path]) -> tuple[list[HistoryRow], list[str]]:
         logs = [given] if given.is_file() else sorted(
             p for p in given.rglob("*.log") if p.parent.name != "profile_logs"
             and not _NOT_A_RUN.match(p.name))
-        found = [read_run_log(log) for log in logs]
-        judged = _self_check(given) if logs else {}
+        readings = [read_infinitrain(log) for log in logs]  # each log read once, for both
+        found = [_row(log, reading) for log, reading in zip(logs, readings)]
+        judged = _self_check(readings)
         rows += _one_date_per_run([_with_verdict(r, judged.get(r.origin))
                                    for r in found if isinstance(r, HistoryRow)])
         notes += [b.message for b in found if isinstance(b, BadInput)]

@@ -288,12 +288,11 @@ def self_check(paths: Sequence[str], output: Path, declared: DeclaredRoles,
         print(f"error: {', '.join(paths)}: no InfiniTrain run log under it; expected "
               "<model>_<case>.log files of a run folder", file=sys.stderr)
         return 2
-    others = sorted({r.meta.get("file", r.source) for r in reading.runs
-                     if r.kind not in ("infinitrain", "harness")})
+    others = {r.meta.get("file", r.source): r.kind for r in reading.runs
+              if r.kind not in ("infinitrain", "harness")}  # baselines' logs, file -> kind
     notes = [f"{f}: a {kind} log, not a run folder's: not judged here (python -m "
              f"harness.logs BASELINE SUBJECT compares a folder with it)"
-             for f, kind in ((f, next(r.kind for r in reading.runs
-                                      if r.meta.get("file", r.source) == f)) for f in others)]
+             for f, kind in sorted(others.items())]
     rows += archive.empty_run_folders(paths, rows)
     for row in rows:
         print(row.line())

@@ -311,12 +311,10 @@ def read_megatron(path: Path) -> Reading:
 
 
 def read_run_metadata(path: Path) -> dict:
-    """`[RUN_STARTED_AT] ...` lines of an InfiniTrain run_metadata.log, as meta keys."""
-    meta = {}
-    for line in path.read_text(errors="replace").splitlines():
-        m = re.match(r"^\[(\w+)\]\s*(.*?)\s*$", line)
-        if m and m.group(1) in METADATA_KEYS:
-            meta[METADATA_KEYS[m.group(1)]] = m.group(2)
+    """`[RUN_STARTED_AT] ...` lines of an InfiniTrain run_metadata.log, as meta keys (read as
+    a log's own header lines are, `_header`)."""
+    meta = _header(path.read_text(errors="replace").splitlines())
+    meta.pop("command", None)
     return meta
 
 
