@@ -10,7 +10,7 @@ from harness.contracts.tolerance import Tolerance, Tolerances
 from .args import coerce, resolve_args, substitute, world_size
 from .config_types import Case, Compare
 
-# The element-wise defaults per dtype (docs/harness_guide.md "Numerics").
+# The element-wise defaults per dtype (docs/verdicts.md "Numerics").
 # Loss: InfiniTrain's scripts/compare_loss.py thresholds, absolute: fp32 1e-5, bf16 1e-2.
 DEFAULT_ATOL = {"float32": 1e-5, "bfloat16": 1e-2}
 # Gradients: fp32 atol 1e-5 (InfiniTrain's #209 e2e scripts: precision_compare.py --atol 1e-5

@@ -20,7 +20,7 @@ from typing import Sequence
 
 # Thresholds per dtype: ("relative", r) is |diff| <= r * max(|baseline loss|, 1.0) per step;
 # ("absolute", a) is |diff| <= a.
-#   float32, relative 1e-5: measured (docs/infinitrain.md "Against a recorded baseline"): InfiniTrain master
+#   float32, relative 1e-5: measured (docs/infinitrain_baseline.md "Against a recorded baseline"): InfiniTrain master
 #     and the bundled PyTorch trainer on the same files and flags differed by at most 2.3e-6
 #     relative (1.3e-5 absolute at loss 5.56, the `basic/gpt2/2` shape); InfiniTrain-Test's
 #     compare_loss.py absolute 1e-5 would fail that noise, a scale-free 1e-5 passes it.

@@ -1,4 +1,4 @@
-"""Scale-free thresholds calibrated on the machine under test (docs/harness_guide.md,
+"""Scale-free thresholds calibrated on the machine under test (docs/verdicts.md,
 "Calibration"). Plain Python, no torch.
 
 GPU kernels are not bitwise deterministic (atomics, split-K, autotuned reduction orders), so the

@@ -19,7 +19,7 @@ A case fails when EITHER verdict fails: the element-wise check (InfiniTrain's, k
 compatibility) or the scale-free one. The margin is `threshold / worst` (how many times below
 the threshold the worst value is: > 1 passes, < 1 fails, inf when the worst is exactly 0).
 
-Thresholds per dtype, chosen from measured noise (docs/harness_guide.md "Numerics"; the
+Thresholds per dtype, chosen from measured noise (docs/verdicts.md "Numerics"; the
 measurements and commands are in docs/benchmarks.md "Numerics"). Plain Python, no torch.
 """
 
@@ -76,7 +76,7 @@ UPDATE_RELATIVE = {"float32": 1e-3, "bfloat16": 2e-2}
 # h.1.ln_2.weight's update (norm 4.2e-6 over 32 elements) by one step, 1.19e-7: a relative error
 # of 0.028 out of pure rounding. A difference within RESOLUTION per element (as a norm:
 # RESOLUTION * sqrt(elements)) is not counted; an update a bug skips is >= 1e-6 per element at the
-# precision configs' learning rates (docs/harness_guide.md), so it still fails.
+# precision configs' learning rates (docs/verdicts.md), so it still fails.
 UPDATE_RESOLUTION = 2 * 2.0**-23
 
 

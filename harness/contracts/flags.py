@@ -236,7 +236,7 @@ FLAGS: tuple[Flag, ...] = (
        "writes DIR/<YYYYMMDD_HHMMSS>/precision_check_rank_<R>.log and rank_<R>/*.npy)",
        "output", owner="harness",
        source="master@b24d92f:example/gpt2/main.cc:90, example/llama3/main.cc:89"),
-    # InfiniTrain's feature branches (docs/infinitrain.md tables them with their sources).
+    # InfiniTrain's feature branches (docs/infinitrain_branches.md tables them with their sources).
     _f("context_parallel", int, 1, "context-parallel degree (the sequence split over CP "
        "ranks)", "topology", trainers={INFINITRAIN}, **_POS,
        source="feat/context_parallel@d03ba16:example/gpt2/main.cc:82, example/llama3/main.cc:81"),
@@ -477,7 +477,7 @@ def flag_argv(flags: dict[str, Any]) -> list[str]:
 
 def foreign_role_table() -> list[str]:
     """InfiniTrain's own flags that carry a source, with their roles, as a markdown table
-    (docs/infinitrain.md holds it; a test keeps the two equal)."""
+    (docs/infinitrain_branches.md holds it; a test keeps the two equal)."""
     lines = ["| flag | role | the reference | source |", "| --- | --- | --- | --- |"]
     for flag in FLAGS:
         if flag.source:

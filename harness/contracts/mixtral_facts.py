@@ -121,5 +121,5 @@ MIXTRAL_FACTS: tuple[Fact, ...] = (
 
 
 def fact_table() -> list[str]:
-    """The facts as a markdown table (docs/infinitrain.md holds it; a test keeps them equal)."""
+    """The facts as a markdown table (docs/infinitrain_baseline.md holds it; a test keeps them equal)."""
     return facts_table(MIXTRAL_FACTS, REVISION)

@@ -213,7 +213,7 @@ def plan_tags(tags: tuple[str, ...], variables: dict, where: str) -> TagPlan:
 
 
 def program_table() -> list[str]:
-    """The programs as a markdown table, one row per fact (docs/infinitrain.md holds it; a test
+    """The programs as a markdown table, one row per fact (docs/infinitrain_branches.md holds it; a test
     keeps the two equal)."""
     lines = ["| program | fact | value | source |", "| --- | --- | --- | --- |"]
     for program in PROGRAMS.values():

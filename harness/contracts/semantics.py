@@ -2,7 +2,7 @@
 the live baseline (`--harness-baseline pytorch`) runs a case of InfiniTrain's with.
 
 Every fact names its source line in InfiniTrain (master b24d92f) and what the baseline does
-with it; docs/infinitrain.md tables them (`fact_table()`), and tests/baseline/test_semantics.py
+with it; docs/infinitrain_baseline.md tables them (`fact_table()`), and tests/baseline/test_semantics.py
 tests each. A case flag with no fact here has no known counterpart in the bundled trainer: the
 baseline is skipped with that reason, never run with a guess.
 
@@ -250,7 +250,7 @@ def baseline_parameter_name(model: str, name: str) -> str:
 
 
 def fact_table() -> list[str]:
-    """The facts as a markdown table (docs/infinitrain.md holds it; a test keeps them equal)."""
+    """The facts as a markdown table (docs/infinitrain_baseline.md holds it; a test keeps them equal)."""
     return facts_table(FACTS, REVISION)
 
 

@@ -308,7 +308,7 @@ def globalize_layer(name: str, stage_layers: list[int] | tuple[int, ...]) -> str
 
 
 def pairing_table() -> list[str]:
-    """The pairing facts as a markdown table (docs/infinitrain.md holds it; a test keeps the
+    """The pairing facts as a markdown table (docs/traces.md holds it; a test keeps the
     two equal)."""
     lines = ["| program | InfiniTrain module | bundled trainer's | why | source |",
              "| --- | --- | --- | --- | --- |"]

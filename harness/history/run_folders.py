@@ -1,7 +1,7 @@
 """Runs made elsewhere, into the same history: the run folders InfiniTrain's own scripts write
 (InfiniTensor/InfiniTrain-Test keeps them as
 `infinitrain/logs/<machine>/<YYYYMMDD>/<branch>_<sha>/logs/[<tag>/]<model>_<case>.log`, older
-ones `<sha>_<branch>`, newer ones with a `run_metadata.log`: docs/infinitrain.md).
+ones `<sha>_<branch>`, newer ones with a `run_metadata.log`: docs/recorded_runs.md).
 
 Each log is one row. Its losses come from harness.logs (the reader of recorded logs), its
 tokens/s, step time and peak memory from the InfiniTrain backend's step-line parser

@@ -4,7 +4,7 @@ and the history's import (harness.history.run_folders).
 
 InfiniTensor/InfiniTrain-Test keeps each night as
 `infinitrain/logs/<machine>/<YYYYMMDD>/<branch>_<sha>/logs/[<tag>/]<model>_<case>.log` (older
-ones `<sha>_<branch>`, newer ones with a `run_metadata.log`: docs/infinitrain.md). A log outside
+ones `<sha>_<branch>`, newer ones with a `run_metadata.log`: docs/recorded_runs.md). A log outside
 that shape is its own folder's run. The date is the metadata's `[RUN_STARTED_AT]`, else the
 earliest glog time of a step line, else the date folder; branch and commit are the metadata's,
 else the folder name's.

@@ -318,7 +318,7 @@ def calibration_lines(views: list[CaseView], named: int = 8) -> list[str]:
     oracle = fp64_lines(views)
     if not any(file or problem for file, problem, *_ in groups):
         return oracle
-    lines = ["Scale-free thresholds (docs/harness_guide.md, Calibration):", ""]
+    lines = ["Scale-free thresholds (docs/verdicts.md, Calibration):", ""]
     for (file, problem, grad_noise, loss_noise, loss, grads), names in groups.items():
         text = (f"calibrated by `{file}` (gradient noise {g(grad_noise)}, loss noise "
                 f"{g(loss_noise)}): " if file else "the defaults: ")
@@ -344,7 +344,7 @@ def fp64_lines(views: list[CaseView], named: int = 20) -> list[str]:
     if not found:
         return []
     found.sort(key=lambda item: (-item[0], item[1]))
-    lines = ["Float64 oracle (calibration session; docs/harness_guide.md, Calibration): the "
+    lines = ["Float64 oracle (calibration session; docs/verdicts.md, Calibration): the "
              "fp64 ratio |run − fp64| / |ref − fp64|, the worst parameter's ‖run − fp64‖ / "
              "‖ref − fp64‖ and the worst step's loss; of order 1: the case differs from its "
              "reference by another rounding order only; orders of magnitude above 1: a bug.", ""]

@@ -194,7 +194,7 @@ class ResultRecord:
         "atol + rtol * max |partner|; `inf` for a NaN, an Inf or a shape no slice explains)",
         omit_none=True)
     calibration: dict | None = doc(
-        "which scale-free thresholds the case was judged with (docs/harness_guide.md, "
+        "which scale-free thresholds the case was judged with (docs/verdicts.md, "
         "Calibration): `{file, gradients_noise, loss_noise, thresholds: {loss, gradients}, "
         "problem, fp64_ratio}`; `file` is the calibration file used (`<reference cache>/calibration/"
         "<trainer-version>-<device>-<dtype>.json`), null for the dtype's defaults, with the "

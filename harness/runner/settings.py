@@ -118,7 +118,7 @@ class Options:
         "--harness-flag-role", (), metavar="NAME=ROLE", action="append",
         help="the role of a trainer flag the harness does not know (mathematics, topology, "
              "output, resume, memory): topology, output, resume and memory are dropped by the "
-             "reference (docs/infinitrain.md); over the config's `flag_roles`")
+             "reference (docs/infinitrain_branches.md); over the config's `flag_roles`")
     golden_dir: str | None = _option(
         "--harness-golden", None, metavar="DIR",
         help="compare against the golden records in DIR instead of running references "
@@ -151,7 +151,7 @@ class Options:
         "--harness-trace", "failed", choices=("failed", "all", "none"),
         help="which cases get a module-level trace (every module's output and gradient at one "
              "step, the case's run against its partner's, named at the first module that "
-             "differs; docs/infinitrain.md): failed cases (default), all, or none (no trace at "
+             "differs; docs/traces.md): failed cases (default), all, or none (no trace at "
              "all: also no step-1 module check in --harness-baseline pytorch)")
     nnodes: int = _option(
         "--harness-nnodes", 1, metavar="N", type=int,
@@ -172,7 +172,7 @@ class Options:
         help="measure this machine's noise: every reference key runs K times in all (K >= 3) "
              "and the worst scale-free errors of the repeats and of the passing cases go to "
              "<reference cache>/calibration/, whose thresholds later sessions use "
-             "(docs/harness_guide.md, Calibration)")
+             "(docs/verdicts.md, Calibration)")
     baseline: str | None = _option(
         "--harness-baseline", None, metavar="pytorch|DIR",
         help="also check every case of a foreign trainer against an independent "

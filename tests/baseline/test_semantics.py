@@ -132,9 +132,9 @@ def test_tiny_mixtral_runs_the_mixtral_family_with_adam_and_its_batch_in_sequenc
 
 def test_every_fact_names_its_source_and_docs_table_them():
     assert all(f.source and f.baseline and f.subject for f in FACTS)
-    doc = (Path(__file__).parents[2] / "docs" / "infinitrain.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "infinitrain_baseline.md").read_text()
     from harness.contracts.mixtral_facts import MIXTRAL_FACTS, fact_table as mixtral_table
 
     assert all(f.source and f.baseline and f.subject for f in MIXTRAL_FACTS)
     missing = [line for line in fact_table() + mixtral_table() if line not in doc]
-    assert not missing, f"docs/infinitrain.md lacks the fact table's lines {missing[:2]}"
+    assert not missing, f"docs/infinitrain_baseline.md lacks the fact table's lines {missing[:2]}"

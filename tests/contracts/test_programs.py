@@ -109,7 +109,7 @@ def test_with_groups_variables_each_program_runs_its_own_and_defaults_fill_in():
                                     "moe": ("tiny_mixtral",)}
 
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "infinitrain.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "infinitrain_branches.md"
 MIRROR = Path("/work/.mirror/InfiniTensor+InfiniTrain/repo")
 
 

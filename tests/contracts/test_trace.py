@@ -343,6 +343,6 @@ def test_docs_table_every_pairing_fact():
 
     from harness.contracts.trace import pairing_table
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "infinitrain.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "traces.md").read_text()
     missing = [line for line in pairing_table() if line not in text]
-    assert not missing, "docs/infinitrain.md lacks these pairing rows:\n" + "\n".join(missing)
+    assert not missing, "docs/traces.md lacks these pairing rows:\n" + "\n".join(missing)

@@ -139,7 +139,7 @@ def test_the_real_logs_give_the_documented_figures(capsys, tmp_path):
 
 
 # --- the lr_scheduler recording: InfiniTrain g3025 20260708 feat/lr_scheduler against
-# InfiniTrain-Test's PyTorch baseline (docs/infinitrain.md "Against a recorded baseline") ---
+# InfiniTrain-Test's PyTorch baseline (docs/infinitrain_baseline.md "Against a recorded baseline") ---
 
 # case: (status, worst |loss diff|, its step, worst |lr diff|)
 LR_SCHEDULER = {
