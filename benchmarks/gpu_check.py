@@ -64,7 +64,7 @@ from harness.contracts.records import STEPS_NAME, read_json, read_jsonl  # noqa:
 FORMAT = "harness.gpu_check/1"
 LAUNCHERS = ("torchrun", "zygote")
 SUMMARY = "gpu_check_summary"
-# Seconds per part on one GPU, from the first run on one (an H200, docs/benchmarks.md section 8)
+# Seconds per part on one GPU, from the first run on one (an H200, docs/benchmarks.md#gpu-check)
 # with about 1.5x headroom: a single-device case there costs 17-21 s, mostly process start-up and
 # the CUDA libraries' import. On more GPUs the matrix parts grow with the cases that fit
 # (MATRIX_PER_CASE_S per extra case, divided by the xdist workers).

@@ -1,4 +1,4 @@
-"""The history's numbers (issue 36, docs/benchmarks.md section 12): this machine's night-to-night
+"""The history's numbers (issue 36, docs/benchmarks.md#history): this machine's night-to-night
 tokens/s noise, how well `find_steps` finds a throughput step in series with that noise, and how
 long `python -m harness.history` takes on a year of nights.
 

@@ -6,7 +6,7 @@ defaults, or a calibration file's).
     python benchmarks/verdict_matrix.py SESSION_DIR [SESSION_DIR ...] [--tablefmt github]
 
 Typical use: a calibration session then a session that uses its file, same selection, same
-output folder (docs/benchmarks.md section 6):
+output folder (docs/benchmarks.md#numerics):
 
     python -m pytest configs/test_config.json --gpus 4 -n 2 --harness-calibrate 3 --harness-output OUT
     python -m pytest configs/test_config.json --gpus 4 -n 2 --harness-output OUT

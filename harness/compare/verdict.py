@@ -20,7 +20,7 @@ compatibility) or the scale-free one. The margin is `threshold / worst` (how man
 the threshold the worst value is: > 1 passes, < 1 fails, inf when the worst is exactly 0).
 
 Thresholds per dtype, chosen from measured noise (docs/verdicts.md "Numerics"; the
-measurements and commands are in docs/benchmarks.md "Numerics"). Plain Python, no torch.
+measurements and commands are in docs/benchmarks.md#numerics). Plain Python, no torch.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class RelativeThresholds:
 
 
 # From the measured noise floor (benchmarks/noise_floor.py over the CPU sessions of the basic
-# and pipeline_layout tags, tiny preset; docs/benchmarks.md section 6):
+# and pipeline_layout tags, tiny preset; docs/benchmarks.md#numerics):
 #   float32: worst gradient ||d||/||ref|| 1.61e-7 (TP2+SP) -> 1e-5, 62x above the noise and 10x
 #            below the 1e-4 stage bug to be caught.
 #            Loss: 1e-5. The CPU noise is 2.14e-8 (8.83e-8 at a 124M shape), but on 2 x H200 a GPT-2

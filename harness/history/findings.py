@@ -14,7 +14,7 @@
   the series already visited, as a bimodal machine's are, is no step). Two nights after a
   point are the least a step is called on. The values are compared in log space: a step is a
   ratio. STEP_Z and (4) were chosen on synthetic series, normal and resampled from this
-  machine's measured nights (docs/benchmarks.md section 12, benchmarks/history_detection.py):
+  machine's measured nights (docs/benchmarks.md#history, benchmarks/history_detection.py):
   at 1% noise a 5% step is found by its third night in 98% of series; no threshold can find it
   that soon in this VM's 7-30% noise, and there the rules keep quiet instead.
 - **Drift**: a margin (threshold / worst, the self-check's loss or gradient margin) that keeps

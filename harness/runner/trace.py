@@ -39,7 +39,7 @@ TRACE_POLICIES = ("failed", "all", "none")
 REFERENCE, BASELINE = "reference", "pytorch baseline"
 
 # Per-tensor thresholds: max |d| <= atol + rtol * max |partner|, ten times the noise measured
-# between the two sides at step 1 (docs/benchmarks.md section 15, "Module traces"): InfiniTrain
+# between the two sides at step 1 (docs/benchmarks.md#module-traces): InfiniTrain
 # master's CPU build against the bundled PyTorch trainer on the infinitrain preset, every
 # module of gpt2 and llama3 basic/1, worst |d| / (1e-6 + 1e-4 max |partner|) 0.55 (llama3
 # h.2.attn.c_proj forward, 1.2e-6 absolute, 1.05e-4 of its largest value; gpt2 0.005). A
@@ -47,7 +47,7 @@ REFERENCE, BASELINE = "reference", "pytorch baseline"
 # bfloat16 is not measured (no bf16 CPU build): its 8-bit mantissa (2^-8 = 3.9e-3 per
 # rounding), compounded over a block.
 TRACE_THRESHOLDS = {
-    "float32": TraceThresholds(1e-5, 1e-3, "docs/benchmarks.md section 15: 10x the float32 "
+    "float32": TraceThresholds(1e-5, 1e-3, "docs/benchmarks.md#module-traces: 10x the float32 "
                                "noise between InfiniTrain master (CPU) and PyTorch at step 1"),
     "bfloat16": TraceThresholds(1e-3, 5e-2, "not measured: bfloat16's 2^-8 rounding, "
                                 "compounded over a block"),
@@ -57,10 +57,10 @@ TRACE_THRESHOLDS = {
 # Against its own reference the trainer differs only by reduction order: the bundled trainer's
 # TP=2 traces are within 5e-7 of single-device (relative to each tensor's largest value),
 # LLaMA 3's within 2.4e-7, PP=2 bit for bit (tests/trainer/test_precision_check.py's runs,
-# docs/benchmarks.md section 15). Twenty times that: a 1e-3 scale on one rank's all-reduce is
+# docs/benchmarks.md#module-traces). Twenty times that: a 1e-3 scale on one rank's all-reduce is
 # caught there (the PyTorch-vs-InfiniTrain threshold above would let it through).
 SELF_CHECK_THRESHOLDS = TraceThresholds(
-    1e-9, 1e-5, "docs/benchmarks.md section 15: 20x the noise between the bundled trainer's "
+    1e-9, 1e-5, "docs/benchmarks.md#module-traces: 20x the noise between the bundled trainer's "
     "TP=2 / PP=2 traces and single-device (5e-7)")
 
 

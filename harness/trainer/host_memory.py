@@ -7,7 +7,7 @@ head's logits and their gradient are 8 MiB each for a 16384-token vocabulary at 
 so with those defaults each one comes back as fresh pages, and the kernel faults in and zeroes
 every page again. How often that happens depends on which other buffers are alive at the time,
 that is on the layers a pipeline rank holds: a layer's cost then depends on its neighbours.
-Measured (docs/benchmarks.md 1b): the lm head's backward took about 40 ms a microbatch in a
+Measured (docs/benchmarks.md#allocator-fix): the lm head's backward took about 40 ms a microbatch in a
 chunk with two layers and 30-32 ms alone, and 27-29 ms in both once freed memory was kept.
 
 CUDA's caching allocator keeps freed blocks for reuse, which is what the layout suggestion's

@@ -116,7 +116,7 @@ def test_a_recompute_bug_is_caught_because_the_reference_runs_without_recompute(
 def test_feat_lr_scheduler_runs_its_schedules(tmp_path, model_vars):
     config = BRANCHES / "feat_lr_scheduler.json"
     # GPT-2's ten cases: LLaMA 3's live baselines took 5 of this test's 6.7 minutes in CI, and
-    # its schedules are the same code (the real llama3 lr cases: docs/benchmarks.md 14)
+    # its schedules are the same code (the real llama3 lr cases: docs/benchmarks.md#baseline-branches)
     output, records = run_branch(tmp_path, "lr_scheduler", config, model_vars, "-m",
                                  "lr_scheduler", "--harness-cases", "lr_scheduler/gpt2/*",
                                  more=("--harness-baseline", "pytorch",
