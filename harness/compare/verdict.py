@@ -44,7 +44,7 @@ class RelativeThresholds:
 
 
 # From the measured noise floor (benchmarks/noise_floor.py over the CPU sessions of the basic
-# and pipeline_layout tags, tiny preset; docs/benchmarks.md#numerics):
+# and pipeline_layout tags, tiny preset; docs/benchmarks.md#noise-floor):
 #   float32: worst gradient ||d||/||ref|| 1.61e-7 (TP2+SP) -> 1e-5, 62x above the noise and 10x
 #            below the 1e-4 stage bug to be caught.
 #            Loss: 1e-5. The CPU noise is 2.14e-8 (8.83e-8 at a 124M shape), but on 2 x H200 a GPT-2

@@ -3,7 +3,7 @@
 fall) over the nights, one line per case. One figure per group, not per case, so a year of
 nightlies of 200 cases is a handful of PNGs.
 
-Drawn for speed (the 2-second budget of docs/benchmarks.md#history): matplotlib's Figure
+Drawn for speed (the 2-second budget of docs/benchmarks.md#history-render): matplotlib's Figure
 without pyplot (no figure manager, and pyplot's import is not paid), each panel's lines as one
 LineCollection (a year of 25 cases is 75 lines: one artist per panel, not 75), the nights as
 date numbers computed once per date (drawing.case_points), fixed margins instead of tight_layout (which

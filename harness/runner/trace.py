@@ -57,7 +57,7 @@ TRACE_THRESHOLDS = {
 # Against its own reference the trainer differs only by reduction order: the bundled trainer's
 # TP=2 traces are within 5e-7 of single-device (relative to each tensor's largest value),
 # LLaMA 3's within 2.4e-7, PP=2 bit for bit (tests/trainer/test_precision_check.py's runs,
-# docs/benchmarks.md#module-traces). Twenty times that: a 1e-3 scale on one rank's all-reduce is
+# docs/benchmarks.md#trace-thresholds). Twenty times that: a 1e-3 scale on one rank's all-reduce is
 # caught there (the PyTorch-vs-InfiniTrain threshold above would let it through).
 SELF_CHECK_THRESHOLDS = TraceThresholds(
     1e-9, 1e-5, "docs/benchmarks.md#module-traces: 20x the noise between the bundled trainer's "

@@ -148,7 +148,7 @@ def test_the_thresholds_are_the_documented_ones():
 
 
 def bimodal(n: int, seed: int, low: float = 0.71) -> list[float]:
-    """Nights of a shared VM as measured (docs/benchmarks.md#history): each night at one of two
+    """Nights of a shared VM as measured (docs/benchmarks.md#history-noise): each night at one of two
     levels 29-40% apart, at random, with 1% noise at each."""
     rng = np.random.default_rng(seed)
     levels = np.where(rng.random(n) < 0.5, 1.0, low)
