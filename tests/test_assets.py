@@ -159,7 +159,7 @@ def test_cli_help_lists_presets(capsys):
     help_text = capsys.readouterr().out
     for name in PRESETS:
         assert name in help_text
-    assert "--model {gpt2,llama3,mixtral,all}" in help_text
+    assert "--model {gpt2,llama3,qwen3,mixtral,all}" in help_text
 
 
 def test_cli_writes_assets(tmp_path):

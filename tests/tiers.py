@@ -185,6 +185,7 @@ MODULES: dict[str, str] = {
     "tests/trainer/models/test_gpt2.py": HEAVY,
     "tests/trainer/models/test_llama3.py": HEAVY,
     "tests/trainer/models/test_mixtral.py": HEAVY,
+    "tests/trainer/models/test_qwen3.py": HEAVY,
     "tests/trainer/models/test_parts.py": UNIT,
     "tests/trainer/models/test_train_specs.py": UNIT,
     "tests/trainer/parallel/test_e2e.py": TORCHRUN,

@@ -64,13 +64,18 @@ def init_weights(config, seed: int) -> dict[str, np.ndarray]:
     tensors = {}
     for name, shape in parameter_shapes(config).items():
         noise = rng.standard_normal(shape, dtype=np.float32)
-        if ".ln_" in f".{name}" and name.endswith(".weight"):
+        if _is_norm_weight(name):
             tensors[name] = 1.0 + 0.02 * noise
         elif name.endswith("c_proj.weight"):
             tensors[name] = proj_std * noise
         else:
             tensors[name] = 0.02 * noise
     return tensors
+
+
+def _is_norm_weight(name: str) -> bool:
+    """A norm's gain: the blocks' ln_1 / ln_2, ln_f, qwen3's attn.q_norm / attn.k_norm."""
+    return name.endswith(".weight") and (".ln_" in f".{name}" or name.endswith("_norm.weight"))
 
 
 def _prose() -> str:

@@ -127,6 +127,67 @@ class LLaMA3Config:
 
 
 @dataclass(frozen=True)
+class Qwen3Config:
+    """Qwen3 as InfiniTrain's ``qwen3`` program computes it (feat/add_Qwen3-8B@a3f84f8; the
+    lines below are that branch's): LLaMA 3's blocks with an RMSNorm over each q and k head
+    before RoPE (``use_qk_norm``, eps norm_eps: example/qwen3/checkpoint_loader.cc:87-88),
+    an untied head (config.h:22), and the MLP width fixed at 3 * n_embd (the loader's
+    ``n_embd * 4.5 * 2 / 3``, checkpoint_loader.cc:151; the model's ``int(2 * int(n_embd *
+    4.5)) / 3``, transformer/mlp.cc:24-28, agrees for an even n_embd). Fields in the header's
+    order (checkpoint_loader.cc:52-70); slot 8, ffn_dim_multiplier, holds 0.0 (QWEN3_SPEC)."""
+
+    block_size: int
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    n_embd: int
+    multiple_of: int = 1  # convert_hf_qwen3_to_llmc.py:159 writes 1; mlp.cc:37-39 rounds up to it
+    norm_eps: float = 1e-6  # config.h:26; the q/k norms' eps too (checkpoint_loader.cc:88)
+    rope_theta: float = 1000000.0  # config.h:24
+    use_scaled_rope: bool = False  # PrecomputeFreqsCis ignores it (transformer/utils.cc:15-18)
+    max_gen_batch_size: int = 4
+    version_major: int = 1  # convert_hf_qwen3_to_llmc.py:94-95
+    version_minor: int = 0
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "Qwen3Config", block_size=self.block_size, vocab_size=self.vocab_size,
+            n_layer=self.n_layer, n_head=self.n_head, n_kv_head=self.n_kv_head,
+            n_embd=self.n_embd, multiple_of=self.multiple_of)
+        if self.n_embd % self.n_head:  # causal_self_attention.cc:63
+            raise ValueError(
+                f"Qwen3Config.n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.n_head % self.n_kv_head:  # causal_self_attention.cc:73
+            raise ValueError(f"Qwen3Config.n_head={self.n_head} is not divisible by "
+                             f"n_kv_head={self.n_kv_head}")
+        if self.head_dim % 2:  # RoPE rotates (even, odd) pairs: causal_self_attention.cc:142-150
+            raise ValueError(f"Qwen3Config.n_embd / n_head = {self.head_dim} is odd; RoPE "
+                             f"needs an even head dimension")
+        if self.ffn_dim % self.multiple_of:  # the model would round what the loader reads
+            raise ValueError(f"Qwen3Config.multiple_of={self.multiple_of} does not divide the "
+                             f"MLP width 3 * n_embd = {self.ffn_dim}; expected a divisor "
+                             f"(InfiniTrain's model rounds up to it, its loader does not)")
+        for name, value in (("norm_eps", self.norm_eps), ("rope_theta", self.rope_theta)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"Qwen3Config.{name} is {value!r}; expected a positive, "
+                                 f"finite number")
+        if self.use_scaled_rope is not False:
+            raise ValueError(f"Qwen3Config.use_scaled_rope is {self.use_scaled_rope!r}; the "
+                             f"qwen3 program leaves the scaling out (transformer/utils.cc:15-18),"
+                             f" so only False computes what it computes")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def ffn_dim(self) -> int:
+        """The SwiGLU width: 3 * n_embd, as the qwen3 loader reads it."""
+        return 3 * self.n_embd
+
+
+@dataclass(frozen=True)
 class MixtralConfig:
     """tiny Mixtral (InfiniTrain feat/support_moe's ``tiny_mixtral``): LLaMA-style attention, a
     top-k Mixture-of-Experts feed-forward. Fields in the checkpoint header's order; the defaults
@@ -198,7 +259,9 @@ class MixtralConfig:
 # layer, h.{i}.name: llm.c's families store each stacked over all layers (every layer's ln_1,
 # then every layer's c_attn, ...); a ``layer_major`` family stores layer 0's per-layer tensors,
 # then layer 1's, ... (its per-layer entries are one run in the list, between the first and
-# the last tensors).
+# the last tensors). In a stacked layout, consecutive per-layer entries that carry the same
+# group label (a string in place of True) are stored layer by layer as one group: layer 0's
+# group, then layer 1's, ... (qwen3's q and k norms).
 Layout = list
 
 
@@ -234,6 +297,32 @@ def _llama3_tensor_layout(config: LLaMA3Config) -> Layout:
     head = [("wte.weight", (config.vocab_size, C), False)]
     tail = [("ln_f.weight", (C,), False), ("lm_head.weight", (config.vocab_size, C), False)]
     return head + [(name, shape, True) for name, shape in per_layer] + tail
+
+
+def _qwen3_tensor_layout(config: Qwen3Config) -> Layout:
+    """LoadFromLLMC's read order (feat/add_Qwen3-8B@a3f84f8:example/qwen3/checkpoint_loader.cc:
+    186-436): LLaMA 3's, each tensor stacked over the layers, with the q and k norms after the
+    ln_1s, read layer by layer as pairs (layer 0's q_norm, k_norm, layer 1's, ...: :225-286).
+    InfiniTrain's own converter (scripts/convert_hf_qwen3_to_llmc.py:177-244) writes every
+    tensor layer by layer instead: the two agree for one layer only, and the loader is what the
+    program runs, so the harness writes the loader's order."""
+    C, hd = config.n_embd, config.head_dim
+    qkv = C + 2 * config.n_kv_head * hd
+    ffn = config.ffn_dim
+    return [
+        ("wte.weight", (config.vocab_size, C), False),
+        ("ln_1.weight", (C,), True),
+        ("attn.q_norm.weight", (hd,), "qk_norm"),
+        ("attn.k_norm.weight", (hd,), "qk_norm"),
+        ("attn.c_attn.weight", (qkv, C), True),
+        ("attn.c_proj.weight", (C, C), True),
+        ("ln_2.weight", (C,), True),
+        ("mlp.c_fc.weight", (ffn, C), True),
+        ("mlp.c_fc2.weight", (ffn, C), True),  # the SwiGLU gate (transformer/mlp.cc:86-88)
+        ("mlp.c_proj.weight", (C, ffn), True),
+        ("ln_f.weight", (C,), False),
+        ("lm_head.weight", (config.vocab_size, C), False),
+    ]
 
 
 def _mixtral_tensor_layout(config: MixtralConfig) -> Layout:
@@ -275,8 +364,10 @@ def _mixtral_parameter_count(config: MixtralConfig) -> int:
 #   "positive"  an int32 > 0;          "count"  an int32 >= 0;     "int"  an int32 as stored;
 #   "float32"   float32 bits (positive, finite, normal);            "bool" 0 or 1;
 #   "unused"    a slot the family's loader skips: written 0, not read (its name is a label,
-#               not a config field).
-HEADER_KINDS = ("positive", "float32", "bool", "count", "int", "unused")  # the order of the checks
+#               not a config field);
+#   "zero"      a slot the family's loader reads but that only 0 keeps the program working:
+#               written 0, any other value refused (its name is a label, not a config field).
+HEADER_KINDS = ("positive", "float32", "bool", "count", "int", "unused", "zero")  # check order
 HeaderFields = tuple  # ((config field, kind), ...) from header slot 2 on
 
 _LLMC_VERSIONS = ((3, "float32"), (5, "bfloat16"))  # llm.c's: the same for GPT-2 and LLaMA 3
@@ -458,6 +549,45 @@ LLAMA3_SPEC = register_model(ModelSpec(
         # which stays 128256, and config.h checks vocab_size >= it. 4 heads and 4 KV heads:
         # TP 2 and 4 (the most InfiniTrain's config uses) divide them as InfiniTrain requires. Width 32 keeps the 128256-row head cheap.
         "infinitrain": _llama3_sizes(8, 32, 4, 4, 64, 128256, multiple_of=32),  # ffn 96
+    },
+))
+
+
+def _qwen3_sizes(n_layer, n_embd, n_head, n_kv_head, block_size, vocab_size):
+    return Qwen3Config(block_size=block_size, vocab_size=vocab_size, n_layer=n_layer,
+                       n_head=n_head, n_kv_head=n_kv_head, n_embd=n_embd)
+    # multiple_of 1, norm_eps 1e-6, rope_theta 1e6, no scaled RoPE: the converter's values
+
+
+QWEN3_SPEC = register_model(ModelSpec(
+    name="qwen3",
+    title="Qwen3",
+    config=Qwen3Config,
+    # feat/add_Qwen3-8B@a3f84f8:example/qwen3/checkpoint_loader.cc:37-38 (the lines below are
+    # that file's, unless named): LLaMA 3's header with its own magic, version 3 only
+    checkpoint_magic=20240804,
+    # LLaMA 3's header fields, but slot 8, ffn_dim_multiplier, is read at :63 and, when > 0,
+    # given to the model (:79-80), whose MLP it would widen while the loader reads 3 * n_embd
+    # (:151): only 0.0 works, which the converter writes (convert_hf_qwen3_to_llmc.py:78-82)
+    header_fields=tuple((name, "zero" if name == "ffn_dim_multiplier" else kind)
+                        for name, kind in LLAMA3_SPEC.header_fields),
+    tensor_layout=_qwen3_tensor_layout,
+    # LLaMA 3's token files (example/common/tiny_shakespeare_dataset.cc:27-30: the dataset
+    # knows GPT-2's and LLaMA 3's magic only; Qwen3's 151936-token vocabulary needs 32 bits)
+    token_magic=LLAMA3_SPEC.token_magic, token_version=LLAMA3_SPEC.token_version,
+    token_dtype=LLAMA3_SPEC.token_dtype, token_max_id=LLAMA3_SPEC.token_max_id,
+    checkpoint_versions=((3, "float32"),),  # CHECK_EQ(version, kQwen3FP32Version) (:55)
+    # run where a config names it: the default cases stay GPT-2's and LLaMA 3's
+    in_default_cases=False,
+    asset_stream=6,
+    asset_configs={
+        # 8 layers as the other families' tiny presets; GQA 4:2 so TP 2 divides the kv heads
+        "tiny": _qwen3_sizes(8, 32, 4, 2, 64, 256),  # ffn 96, head_dim 8
+        "small": _qwen3_sizes(12, 128, 8, 4, 256, 1024),  # ffn 384
+        "bench": _qwen3_sizes(8, 256, 8, 4, 256, 8192),  # ffn 768
+        # What the qwen3 program loads: no vocabulary check (the loader never compares it
+        # with original_vocab_size), GQA 8:4 so TP 2 and 4 divide both head counts (:109-112)
+        "infinitrain": _qwen3_sizes(8, 64, 8, 4, 64, 256),  # ffn 192, head_dim 8
     },
 ))
 

@@ -15,6 +15,7 @@ from harness.contracts.models import (
     GPT2_SPEC,
     LLAMA3_SPEC,
     MIXTRAL_SPEC,
+    QWEN3_SPEC,
     MODEL_SPECS,
     GPT2Config,
     LLaMA3Config,
@@ -37,13 +38,14 @@ def test_importing_the_registry_loads_no_torch():
 
 
 def test_known_families_and_lookups():
-    assert list(MODEL_SPECS) == ["gpt2", "llama3", "mixtral"]
+    assert list(MODEL_SPECS) == ["gpt2", "llama3", "qwen3", "mixtral"]
     assert get_model_spec("gpt2") is GPT2_SPEC and get_model_spec("llama3") is LLAMA3_SPEC
     assert get_model_spec("mixtral") is MIXTRAL_SPEC
     config = GPT2_SPEC.asset_configs["tiny"]
     assert spec_for_config(config) is GPT2_SPEC
     assert spec_for_config(LLAMA3_SPEC.asset_configs["tiny"]) is LLAMA3_SPEC
     assert spec_for_config(MIXTRAL_SPEC.asset_configs["tiny"]) is MIXTRAL_SPEC
+    assert spec_for_config(QWEN3_SPEC.asset_configs["tiny"]) is QWEN3_SPEC is get_model_spec("qwen3")
     # the old import path is the same class
     from harness.trainer.models.configs import GPT2Config as old
 
@@ -51,7 +53,7 @@ def test_known_families_and_lookups():
 
 
 def test_unknown_model_names_it_and_the_known_ones():
-    with pytest.raises(UnknownModelError, match="unknown model 'mamba'; known models: gpt2, llama3, mixtral"):
+    with pytest.raises(UnknownModelError, match="unknown model 'mamba'; known models: gpt2, llama3, qwen3, mixtral"):
         get_model_spec("mamba")
     with pytest.raises(UnknownModelError, match="no registered model has config type object"):
         spec_for_config(object())
@@ -63,7 +65,7 @@ def test_register_refuses_a_second_spec_under_a_name_or_config():
     with pytest.raises(ValueError, match="config GPT2Config is already model 'gpt2'"):
         register_model(ModelSpec(**{**GPT2_SPEC.__dict__, "name": "gpt2-bis"}))
     assert register_model(GPT2_SPEC) is GPT2_SPEC  # the same spec again is fine
-    assert list(MODEL_SPECS) == ["gpt2", "llama3", "mixtral"]
+    assert list(MODEL_SPECS) == ["gpt2", "llama3", "qwen3", "mixtral"]
 
 
 def test_a_new_family_registers_and_is_found(monkeypatch):

@@ -1,4 +1,4 @@
-"""llm.c model checkpoints (GPT-2, LLaMA 3, tiny Mixtral): read, validate, write.
+"""llm.c model checkpoints (GPT-2, LLaMA 3, Qwen3, tiny Mixtral): read, validate, write.
 
 Layout, as llm.c's train_gpt2.py / train_llama3.py ``write_model`` and InfiniTrain's loaders use:
 a 1024-byte header (256 little-endian int32), then every parameter tensor in a fixed order,
@@ -17,6 +17,10 @@ LLaMA 3 header: magic 20240803, version, block_size, vocab_size, n_layer, n_head
                minor. This is InfiniTrain's reader layout (byte offsets 8..60). llm.c's own
                train_llama3.py stores the three float fields into an int32 tensor, truncating
                them (norm_eps becomes 0): such a file cannot be recovered and is refused.
+Qwen3 header:  LLaMA 3's with magic 20240804, version 3 only, ffn_dim_multiplier 0.0; its
+               tensors LLaMA 3's, with every layer's q_norm and k_norm (head_dim each) as
+               pairs after the ln_1s (feat/add_Qwen3-8B@a3f84f8:example/qwen3/
+               checkpoint_loader.cc).
 tiny Mixtral header: magic 20260513, version 2, block_size, vocab_size, n_layer, n_head,
                n_kv_head, n_embd, num_experts, ffn_expansion_ratio (float32 bits), two unused
                slots (written 0), norm_eps, rope_theta (float32 bits), use_scaled_rope,
@@ -50,6 +54,7 @@ from harness.contracts.models import (
     GPT2Config,
     LLaMA3Config,
     MixtralConfig,
+    Qwen3Config,
     UnknownModelError,
     spec_for_config,
 )
@@ -64,13 +69,13 @@ VERSION_DTYPES = dict(CHECKPOINT_VERSIONS)
 DTYPE_VERSIONS = {dtype: version for version, dtype in VERSION_DTYPES.items()}
 _MODELS = {s.checkpoint_magic: s.name for s in MODEL_SPECS.values()}
 
-ModelConfig = Union[GPT2Config, LLaMA3Config, MixtralConfig]
+ModelConfig = Union[GPT2Config, LLaMA3Config, Qwen3Config, MixtralConfig]
 
 
 @dataclass(frozen=True)
 class CheckpointHeader:
     path: Path
-    model: str  # "gpt2" | "llama3" | "mixtral"
+    model: str  # a family: "gpt2" | "llama3" | "qwen3" | "mixtral"
     config: ModelConfig
     version: int
     dtype: str  # how the file stores tensors: "float32" | "bfloat16"
@@ -106,18 +111,29 @@ def file_layout(config: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
 
 def file_order(config: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
     """Every tensor's name (global layer index) and shape, in the order the file stores them:
-    each per-layer tensor stacked over the layers (llm.c), or, for a ``layer_major`` family,
-    layer 0's per-layer tensors, then layer 1's, ... For a stacked layout, tensor after tensor
+    each per-layer tensor stacked over the layers (llm.c), a labelled group of them layer by
+    layer (qwen3's q and k norms), or, for a ``layer_major`` family, layer 0's per-layer
+    tensors, then layer 1's, ... For a stacked layout, tensor after tensor
     is the same bytes as llm.c's stacked arrays."""
     spec = _spec_of(config)
     layout = spec.tensor_layout(config)
     if not spec.layer_major:
-        for name, shape, per_layer in layout:
-            if per_layer:
-                for i in range(config.n_layer):
-                    yield f"h.{i}.{name}", shape
-            else:
+        start = 0
+        while start < len(layout):
+            name, shape, per_layer = layout[start]
+            if per_layer is False:
                 yield name, shape
+                start += 1
+                continue
+            # one tensor stacked over the layers, or a labelled group stored layer by layer
+            end = start + 1
+            while isinstance(per_layer, str) and end < len(layout) \
+                    and layout[end][2] == per_layer:
+                end += 1
+            for i in range(config.n_layer):
+                for name, shape, _ in layout[start:end]:
+                    yield f"h.{i}.{name}", shape
+            start = end
         return
     flags = [per_layer for _name, _shape, per_layer in layout]
     first = flags.index(True)
@@ -202,6 +218,11 @@ def _decode_config(path, spec, h: np.ndarray) -> ModelConfig:
                     raise LlmcFormatError(path, f"header field {name} is {int(raw)}; "
                                                 "it must not be negative")
                 values[name] = int(raw)
+            elif want == "zero" and int(raw) != 0:
+                raise LlmcFormatError(
+                    path, f"header field {name} is {_f32(raw)!r} (int32 {int(raw)}); expected "
+                          f"0.0: {spec.title}'s loader reads it but only 0 keeps its model the "
+                          f"shape it loads (harness.contracts.models {spec.name} header_fields)")
     try:
         return spec.config(**values)
     except ValueError as e:  # inconsistent fields, e.g. n_embd not divisible by n_head
@@ -285,7 +306,7 @@ def _encode_header(config: ModelConfig, version: int) -> bytes:
     h = np.zeros(256, dtype="<i4")
     h[0], h[1] = spec.checkpoint_magic, version
     for i, (name, kind) in enumerate(spec.header_fields):
-        if kind == "unused":  # stays 0
+        if kind in ("unused", "zero"):  # stays 0
             continue
         value = getattr(config, name)
         h[2 + i] = _f32_bits(value) if kind == "float32" else int(value)

@@ -1,7 +1,7 @@
-"""The models: GPT-2, LLaMA 3 and tiny Mixtral as plain PyTorch modules, and their llm.c-named
+"""The models: GPT-2, LLaMA 3, Qwen3 and tiny Mixtral as plain PyTorch modules, and their llm.c-named
 weights.
 
-One folder per family, torchtitan style (gpt2/, llama3/, mixtral/): ``model.py`` (the module, no
+One folder per family, torchtitan style (gpt2/, llama3/, qwen3/, mixtral/): ``model.py`` (the module, no
 torch.distributed) and ``parallelize.py`` (its TP / SP plan, as code) beside it, put together as
 one ``TrainSpec`` (train_spec.py) and listed in registry.py.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 # The configs import no torch, so reading a checkpoint header (harness.contracts.llmc) and
 # generating synthetic assets stay quick; the torch modules load on first use.
-from harness.trainer.models.configs import GPT2Config, LLaMA3Config, MixtralConfig
+from harness.trainer.models.configs import GPT2Config, LLaMA3Config, MixtralConfig, Qwen3Config
 
 __all__ = [
     "GPT2",
@@ -24,6 +24,8 @@ __all__ = [
     "Mixtral",
     "MixtralConfig",
     "ModelPart",
+    "Qwen3",
+    "Qwen3Config",
     "build_model",
     "load_weights",
     "source_name",
@@ -37,6 +39,8 @@ def __getattr__(name: str):
         from harness.trainer.models.gpt2 import model as module
     elif name == "LLaMA3":
         from harness.trainer.models.llama3 import model as module
+    elif name == "Qwen3":
+        from harness.trainer.models.qwen3 import model as module
     elif name == "Mixtral":
         from harness.trainer.models.mixtral import model as module
     elif name == "ModelPart":

@@ -63,7 +63,8 @@ class ModelPart(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 p.zero_()
-            elif ".ln_" in f".{name}":  # h.{i}.ln_1 / ln_2, ln_f
+            elif ".ln_" in f".{name}" or name.endswith("_norm.weight"):
+                # h.{i}.ln_1 / ln_2, ln_f; qwen3's h.{i}.attn.q_norm / k_norm
                 p.fill_(1.0)
             else:
                 g = named_generator(seed, self.source_name(name))
@@ -94,3 +95,8 @@ def is_fused_qkv(name: str) -> bool:
 def is_sequence_norm(name: str) -> bool:
     """A parameter of a norm that runs on the sequence slice under SP: ln_1, ln_2, ln_f."""
     return bool(_SEQUENCE_NORM.fullmatch(name))
+
+
+def no_parameter(name: str) -> bool:
+    """The predicate that names no parameter (a family without such parameters)."""
+    return False

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from harness.contracts.models import GPT2Config, LLaMA3Config, MixtralConfig
+from harness.contracts.models import GPT2Config, LLaMA3Config, MixtralConfig, Qwen3Config
 
-__all__ = ["CONFIG_FIELDS", "GPT2Config", "LLaMA3Config", "MixtralConfig", "ModelConfig",
+__all__ = ["CONFIG_FIELDS", "GPT2Config", "LLaMA3Config", "MixtralConfig", "ModelConfig", "Qwen3Config",
            "missing_config_fields"]
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from harness.contracts.models import spec_for_config
-from harness.trainer.models import gpt2, llama3, mixtral
+from harness.trainer.models import gpt2, llama3, mixtral, qwen3
 from harness.trainer.models.train_spec import TrainSpec
 
 # Every family of harness.contracts.models has one (tests/trainer/models/test_train_specs.py checks).
 TRAIN_SPECS: dict[str, TrainSpec] = {
-    spec.name: spec for spec in (gpt2.TRAIN_SPEC, llama3.TRAIN_SPEC, mixtral.TRAIN_SPEC)
+    spec.name: spec for spec in (gpt2.TRAIN_SPEC, llama3.TRAIN_SPEC, qwen3.TRAIN_SPEC,
+                                 mixtral.TRAIN_SPEC)
 }
 
 

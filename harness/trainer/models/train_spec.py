@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.contracts.models import ModelSpec
-from harness.trainer.models.common import ModelPart, is_fused_qkv, is_sequence_norm
+from harness.trainer.models.common import (ModelPart, is_fused_qkv, is_sequence_norm,
+                                           no_parameter)
 from harness.trainer.models.configs import missing_config_fields
 
 # (part, the mesh's "tp" dimension, sequence_parallel) -> None: shards the part in place
@@ -32,6 +33,10 @@ class TrainSpec:
     # Parameters of the modules that run on this rank's sequence slice under SP: their
     # gradients are summed over the TP group after the backward. By default llm.c's norms.
     sequence_norm: Callable[[str], bool] = is_sequence_norm
+    # Replicated parameters of modules that run on this rank's heads only under TP (qwen3's
+    # q / k norms): their gradients are summed over the TP group after the backward. None by
+    # default.
+    head_norm: Callable[[str], bool] = no_parameter
 
     def __post_init__(self) -> None:
         if not (isinstance(self.model, type) and issubclass(self.model, ModelPart)):

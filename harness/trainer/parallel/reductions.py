@@ -6,10 +6,12 @@ parallelism is not in use. ParallelEngine runs the list in order:
 
 1. ``sequence_parallel``: the norms (the family's ``TrainSpec.sequence_norm``) ran on this rank's
    tokens only; their gradients are summed over the TP group (as Megatron does);
-2. ``tied_parameters``: a tied pair split over pipeline stages (GPT-2's first-stage wte.weight
+2. ``head_parallel``: the per-head norms (the family's ``TrainSpec.head_norm``: qwen3's q / k
+   norms) ran on this rank's heads only under TP; their gradients are summed over the TP group;
+3. ``tied_parameters``: a tied pair split over pipeline stages (GPT-2's first-stage wte.weight
    and last-stage lm_head.weight) has its gradients summed over the two ranks holding them, or
    locally when one rank holds both (V-shaped layouts), so both take the same optimizer step;
-3. ``data_parallel``: the mean over the dp group (data_parallel.py), a parameter with a
+4. ``data_parallel``: the mean over the dp group (data_parallel.py), a parameter with a
    gradient on some dp ranks only (an MoE expert no token of a rank chose) given a zero one
    on the others first.
 
@@ -36,8 +38,22 @@ class Reduction:
 def _sequence_parallel(engine):
     if not engine.plan.sequence_parallel:
         return None
-    names = [{name for name, _ in module.named_parameters() if engine.train_spec.sequence_norm(name)}
+    return _summed_over_tp(engine, engine.train_spec.sequence_norm)
+
+
+def _head_parallel(engine):
+    if engine.world.tp == 1:
+        return None
+    return _summed_over_tp(engine, engine.train_spec.head_norm)
+
+
+def _summed_over_tp(engine, wanted_name: Callable[[str], bool]):
+    """The reduction that sums, over the TP group, the gradients of the parameters whose name
+    `wanted_name` picks (None when no part holds one)."""
+    names = [{name for name, _ in module.named_parameters() if wanted_name(name)}
              for module in engine.parts]
+    if not any(names):
+        return None
     w = engine.world
 
     def run() -> None:
@@ -96,6 +112,7 @@ def _data_parallel(engine):
 
 REDUCTIONS: list[tuple[str, Callable]] = [
     ("sequence_parallel", _sequence_parallel),
+    ("head_parallel", _head_parallel),
     ("tied_parameters", _tied_parameters),
     ("data_parallel", _data_parallel),
 ]

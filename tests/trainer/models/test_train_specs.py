@@ -61,13 +61,15 @@ def test_a_family_whose_config_leaves_out_a_field_is_refused_at_its_definition()
 
 
 def test_build_model_builds_each_family_module():
-    from harness.trainer.models import GPT2, LLaMA3, Mixtral, build_model
+    from harness.contracts.models import QWEN3_SPEC
+    from harness.trainer.models import GPT2, LLaMA3, Mixtral, Qwen3, build_model
 
     assert isinstance(build_model(GPT2_SPEC.asset_configs["tiny"], layers=[0]), GPT2)
     assert isinstance(build_model(LLAMA3_SPEC.asset_configs["tiny"], layers=[0]), LLaMA3)
     assert isinstance(build_model(MIXTRAL_SPEC.asset_configs["tiny"], layers=[0]), Mixtral)
+    assert isinstance(build_model(QWEN3_SPEC.asset_configs["tiny"], layers=[0]), Qwen3)
     with pytest.raises(TypeError, match="unsupported config type object; expected GPT2Config "
-                                        "or LLaMA3Config or MixtralConfig"):
+                                        "or LLaMA3Config or Qwen3Config or MixtralConfig"):
         build_model(object())
 
 

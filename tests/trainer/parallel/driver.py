@@ -29,7 +29,7 @@ from harness.layout import resolve_layout
 from harness.trainer.engine import SingleDeviceEngine
 from harness.trainer.flags import TrainerFlags
 from harness.trainer.models import build_model
-from harness.trainer.models.configs import GPT2Config, LLaMA3Config, MixtralConfig
+from harness.trainer.models.configs import GPT2Config, LLaMA3Config, MixtralConfig, Qwen3Config
 from harness.trainer.parallel.build import build_parallel_engine
 from harness.trainer.parallel.validate import plan_parallel
 from harness.trainer.parallel.world import init_distributed
@@ -43,6 +43,8 @@ CONFIGS = {
     "llama3": LLaMA3Config(block_size=32, vocab_size=64, n_layer=4, n_head=4, n_kv_head=2,
                            n_embd=32, ffn_dim_multiplier=1.0, multiple_of=32, norm_eps=1e-5,
                            rope_theta=10000.0, use_scaled_rope=True),
+    "qwen3": Qwen3Config(block_size=32, vocab_size=64, n_layer=4, n_head=4, n_kv_head=2,
+                         n_embd=32),
     "mixtral": MixtralConfig(block_size=32, vocab_size=64, n_layer=4, n_head=4, n_kv_head=2,
                              n_embd=32, num_experts=4, router_topk=2, moe_ffn_hidden_size=32),
 }
@@ -81,6 +83,19 @@ CASES = [
                                     pipeline_model_parallel_layout="Et*2|t||tNL")),
     ("tp2_sp_pp2", "llama3", 4, dict(pipeline_parallel=2, tensor_parallel=2, sequence_parallel=True,
                                       pipeline_chunk_layout="0:1,1:2,1:0,0:1")),
+    # Qwen3: each parallelism once (its q / k norms' gradients summed over TP: reductions.py),
+    # and a V-shaped schedule
+    ("pp2_partition", "qwen3", 2, dict(pipeline_parallel=2, pipeline_layer_partition="1,3")),
+    ("pp2_vshape_dualpipev", "qwen3", 2,
+     dict(pipeline_parallel=2, pipeline_chunk_layout="0:2,1:1,1:0,0:1",
+          pipeline_schedule="DualPipeV")),
+    ("dp2", "qwen3", 2, dict()),
+    ("tp2", "qwen3", 2, dict(tensor_parallel=2)),
+    ("tp2_sp", "qwen3", 2, dict(tensor_parallel=2, sequence_parallel=True)),
+    ("dp2_tp2", "qwen3", 4, dict(tensor_parallel=2)),
+    ("tp2_pp2", "qwen3", 4, dict(pipeline_parallel=2, tensor_parallel=2)),
+    ("tp2_sp_pp2", "qwen3", 4, dict(pipeline_parallel=2, tensor_parallel=2, sequence_parallel=True,
+                                     pipeline_model_parallel_layout="Et*2|t||tNL")),
     # tiny Mixtral: each parallelism once, and a zero-bubble schedule (split backward)
     ("pp2_partition", "mixtral", 2, dict(pipeline_parallel=2, pipeline_layer_partition="1,3")),
     ("pp2_interleaved_zb", "mixtral", 2,

@@ -151,8 +151,8 @@ class CausalSelfAttention(nn.Module):
         n_kv = qkv.shape[-1] // group
         kv_width = n_kv * self.head_dim
         q, k, v = qkv.split([self.n_rep * kv_width, kv_width, kv_width], dim=-1)
-        q = q.view(B, T, -1, self.head_dim)
-        k = k.view(B, T, -1, self.head_dim)
+        q, k = self.normalized_heads(q.view(B, T, -1, self.head_dim),
+                                     k.view(B, T, -1, self.head_dim))
         v = v.view(B, T, -1, self.head_dim)
         q = apply_rope(q, rope)
         k = apply_rope(k, rope)
@@ -163,6 +163,12 @@ class CausalSelfAttention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).contiguous().view(B, T, -1)
         return self.c_proj(y)
+
+
+    def normalized_heads(self, q: torch.Tensor, k: torch.Tensor):
+        """q and k (B, T, heads, hd) as RoPE receives them: as projected in LLaMA 3 (qwen3
+        normalizes each head here)."""
+        return q, k
 
 
 class MLP(nn.Module):
@@ -185,10 +191,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    attention = CausalSelfAttention  # a family with LLaMA 3's block and its own attention: qwen3
+
     def __init__(self, config: LLaMA3Config):
         super().__init__()
         self.ln_1 = RMSNorm(config.n_embd, config.norm_eps)
-        self.attn = CausalSelfAttention(config)
+        self.attn = self.attention(config)
         self.ln_2 = RMSNorm(config.n_embd, config.norm_eps)
         self.mlp = MLP(config)
 
@@ -206,6 +214,8 @@ class LLaMA3(ModelPart):
     states (B, T, C) otherwise. A part with nothing at all returns a copy of its input.
     """
 
+    block = Block  # a family with LLaMA 3's skeleton and its own blocks (qwen3) names its own
+
     def __init__(
         self,
         config: LLaMA3Config,
@@ -217,7 +227,7 @@ class LLaMA3(ModelPart):
         super().__init__(config, layers, embedding, final_norm, lm_head)
         if self.has_embedding:
             self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.h = nn.ModuleDict({str(i): Block(config) for i in self.layer_indices})
+        self.h = nn.ModuleDict({str(i): self.block(config) for i in self.layer_indices})
         if self.has_final_norm:
             self.ln_f = RMSNorm(config.n_embd, config.norm_eps)
         if self.has_lm_head:
