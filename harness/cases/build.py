@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.contracts.flags import NO_DECLARED_ROLES, DeclaredRoles, FlagError
 from harness.contracts.models import MODEL_SPECS
-from harness.contracts.programs import PROGRAMS, plan_tags
+from harness.contracts.programs import PROGRAMS, GroupsError, plan_tags
 
 from .config_types import Assets, HarnessConfig, ModelFiles, Overrides, TrainerSpec
 from .errors import failer_for
@@ -44,8 +44,18 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None,
         ("infinitrain" if "BUILD_DIR" in variables else "harness")
     # InfiniTrain's own config lists no models: its runner decides which program runs which
     # tag (harness.contracts.programs).
-    tag_plan = plan_tags(_tags(data), variables, str(path)) \
-        if backend == "infinitrain" and "models" not in data else None
+    build, source = overrides.build_dir, "--infinitrain-build"
+    if not build and trainer_spec.get("build"):
+        build, source = trainer_spec["build"], "trainer.build"
+    if not build and backend == "infinitrain" and variables.get("BUILD_DIR"):
+        build, source = variables["BUILD_DIR"], "variable BUILD_DIR"
+    build_dir = _path(base_dir, str(build)) if build else None
+    try:
+        # which of a renamed program's binaries runs (mixtral, tiny_mixtral) is the build's
+        tag_plan = plan_tags(_tags(data), variables, str(path), _binary_check(build_dir)) \
+            if backend == "infinitrain" and "models" not in data else None
+    except GroupsError as error:
+        failer(["variables"])(str(error))
     programs = tuple(dict.fromkeys(p for ps in tag_plan.programs_by_tag.values() for p in ps)) \
         if tag_plan else models
     for model in programs:  # InfiniTrain's scripts name them <PREFIX>_LLMC_FILEPATH / _INPUT_BIN
@@ -63,11 +73,6 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None,
         seed=assets_spec.get("seed", 0),
         dir=(base_dir / assets_spec["dir"]) if "dir" in assets_spec else None,
     )
-    build, source = overrides.build_dir, "--infinitrain-build"
-    if not build and trainer_spec.get("build"):
-        build, source = trainer_spec["build"], "trainer.build"
-    if not build and backend == "infinitrain" and variables.get("BUILD_DIR"):
-        build, source = variables["BUILD_DIR"], "variable BUILD_DIR"
     try:
         trainer = TrainerSpec(
             backend=backend,
@@ -75,7 +80,7 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None,
                           for item in trainer_spec.get("command", ())),
             version=trainer_spec.get("version"),
             env=tuple(sorted(trainer_spec.get("env", {}).items())),
-            build_dir=_path(base_dir, str(build)) if build else None,
+            build_dir=build_dir,
             launch=overrides.launch or trainer_spec.get("launch", "threads"),
             build_source=source,
         )
@@ -97,6 +102,14 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None,
     return HarnessConfig(path=path, variables=variables, models=programs,
                          model_files=model_files, assets=assets, trainer=trainer, tags=tags,
                          cases=cases, notes=tuple(notes))
+
+
+def _binary_check(build_dir: Path | None):
+    """Whether the build folder holds a binary of that name (None: no folder, or not there
+    yet: the facts' older program then stands)."""
+    if build_dir is None or not build_dir.is_dir():
+        return None
+    return lambda name: (build_dir / name).is_file()
 
 
 def _tags(data: dict) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ import json
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Callable
 
 import jsonschema
 
@@ -55,7 +56,7 @@ SCHEMA = {
                 "variable_prefix": _fact({"type": "string", "pattern": "^[A-Z][A-Z0-9_]*$"}),
                 "groups_variable": _fact({"type": "string", "pattern": "^[A-Z][A-Z0-9_]*"
                                           + GROUPS_SUFFIX + "$"}),
-                "default_groups": _fact(_STRING),
+                "default_groups": _fact({"type": "string"}),  # "": no tag (qwen3's)
                 "runs_every_tag_without_groups": _fact({"type": "boolean"}),
                 "step_line": _fact({"enum": list(STEP_LINES)}),
                 "batch_flags": _fact({"type": "array", "items": _STRING, "minItems": 1}),
@@ -64,11 +65,13 @@ SCHEMA = {
                 "defaults": _fact({"type": "object", "additionalProperties": {
                     "type": ["string", "number", "boolean"]}}),
                 "microbatch_flag": _fact(_STRING),
+                "replaces": _fact(_STRING),  # optional: the program this one renamed
             }}},
     },
 }
 FACT_NAMES = tuple(name for name in SCHEMA["properties"]["programs"]["items"]["required"]
                    if name != "name")
+OPTIONAL_FACTS = ("replaces",)
 
 
 class ProgramFactsError(ValueError):
@@ -96,6 +99,9 @@ class Program:
     # same step from the same tokens.
     microbatch_flag: str
     sources: tuple[tuple[str, str], ...]  # (fact, BRANCH@COMMIT:path:line)
+    # The program of the same variables that this one renamed (mixtral: tiny_mixtral): a build
+    # folder holds one of the two binaries, and its runner runs that one (plan_tags).
+    replaces: str | None = None
 
     @property
     def input_bin_variable(self) -> str:
@@ -126,10 +132,16 @@ def read_programs(text: str, where: str = "infinitrain_programs.json") -> dict[s
         if name in programs:
             raise ProgramFactsError(f"{where}: program {name!r} is listed twice; expected one "
                                     f"entry per program")
-        values = {fact: entry[fact]["value"] for fact in FACT_NAMES}
+        facts = FACT_NAMES + tuple(f for f in OPTIONAL_FACTS if f in entry)
+        values = {fact: entry[fact]["value"] for fact in facts}
         programs[name] = Program(
             name=name, **{**values, "batch_flags": tuple(values["batch_flags"])},
-            sources=tuple((fact, entry[fact]["source"]) for fact in FACT_NAMES))
+            sources=tuple((fact, entry[fact]["source"]) for fact in facts))
+    for program in programs.values():
+        if program.replaces is not None and program.replaces not in programs:
+            raise ProgramFactsError(f"{where}: program {program.name!r} replaces "
+                                    f"{program.replaces!r}, which has no entry; expected one of "
+                                    f"{', '.join(programs)}")
     return programs
 
 
@@ -158,11 +170,27 @@ def groups_variable_of(program: str) -> str:
             else f"{program.upper()}{GROUPS_SUFFIX}")
 
 
-def parse_groups(text: str) -> tuple[str, ...]:
-    """A `*_TEST_GROUPS` value as the runner reads it: comma-separated, each name trimmed of
-    white space, empty names dropped (feat/support_moe scripts/run_models_and_profile.bash:95-100,
-    347-362)."""
-    return tuple(name.strip() for name in str(text).split(",") if name.strip())
+class GroupsError(ValueError):
+    """A `*_TEST_GROUPS` value the runner would read other than it seems; str() is one line."""
+
+
+def parse_groups(text: str, variable: str = "") -> tuple[str, ...]:
+    """A `*_TEST_GROUPS` value as the runner reads it: exactly `*` is every tag (the newer
+    runner's `[[ "$enabled_tags" == "*" ]]`, later@id69619520725:scripts/run_models_and_profile
+    .bash:401); otherwise comma-separated, each name trimmed of white space, empty names dropped
+    (feat/support_moe scripts/run_models_and_profile.bash:95-100, 347-362). A `*` among names
+    matches no tag there (each name is compared as a literal string, :405-409), so such a value
+    is refused (GroupsError naming `variable`) rather than read either way."""
+    text = str(text)
+    if text == EVERY_TAG:
+        return (EVERY_TAG,)
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if EVERY_TAG in names:
+        raise GroupsError(
+            f"{variable}={text!r}: '*' among tag names matches no tag in "
+            f"InfiniTrain's runner (it means every tag only as the whole value: "
+            f"scripts/run_models_and_profile.bash:401); expected '*' alone or tag names")
+    return names
 
 
 _GROUPS_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]*" + GROUPS_SUFFIX + "$")
@@ -177,27 +205,48 @@ class TagPlan:
     notes: tuple[str, ...]
 
 
-def plan_tags(tags: tuple[str, ...], variables: dict, where: str) -> TagPlan:
+def built_programs(has_binary: Callable[[str], bool] | None) -> tuple[Program, ...]:
+    """The programs a build's runner would run: of a program and the one it replaces (mixtral,
+    tiny_mixtral: the same variables), the one whose binary the build folder holds, the newer
+    where it holds both, the older where it holds neither or no folder is known (the
+    branches of the fetched repository build tiny_mixtral)."""
+    def newer_is_built(newer: Program) -> bool:
+        return has_binary is not None and has_binary(newer.binary)
+
+    replaced_by = {p.replaces: p for p in PROGRAMS.values() if p.replaces is not None}
+    return tuple(program for program in PROGRAMS.values()
+                 if (newer_is_built(program) if program.replaces is not None
+                     else program.name not in replaced_by
+                     or not newer_is_built(replaced_by[program.name])))
+
+
+def plan_tags(tags: tuple[str, ...], variables: dict, where: str,
+              has_binary: Callable[[str], bool] | None = None) -> TagPlan:
     """Programs per tag for a config of InfiniTrain's shape with these tags and variables.
-    `where` names the config file in the notes."""
+    `where` names the config file in the notes; `has_binary(name)` says whether the build
+    folder holds a binary (None: no folder known), which decides between a program and the
+    one it replaces (built_programs). GroupsError for a groups value the runner would misread."""
     named = {name: value for name, value in variables.items() if _GROUPS_VARIABLE.match(name)}
     notes: list[str] = []
     selection: dict[str, tuple[str, ...]] = {}  # program -> tags it runs ("*": every tag)
+    programs = built_programs(has_binary)
     if not named:  # master's runner: gpt2 and llama3 on every tag
-        for program in PROGRAMS.values():
+        for program in programs:
             if program.runs_every_tag_without_groups:
                 selection[program.name] = (EVERY_TAG,)
     else:
-        for program in PROGRAMS.values():
+        for program in programs:
             given = named.get(program.groups_variable)
             selection[program.name] = parse_groups(
-                given if given is not None else program.default_groups)
+                given if given is not None else program.default_groups,
+                program.groups_variable)
         for variable in named:
             name = program_for_groups_variable(variable)
             if name not in PROGRAMS:
-                selection[name] = parse_groups(named[variable])
+                selection[name] = parse_groups(named[variable], variable)
     for variable, value in named.items():  # a default naming a missing tag is no one's choice
-        unknown = [t for t in parse_groups(value) if t != EVERY_TAG and t not in tags]
+        unknown = [t for t in parse_groups(value, variable)
+                   if t != EVERY_TAG and t not in tags]
         if unknown:
             notes.append(f"{where}: variable {variable}={value!r} names tag(s) "
                          f"{', '.join(map(repr, unknown))} that the config does not have "

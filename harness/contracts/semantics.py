@@ -68,6 +68,18 @@ FACTS: tuple[Fact, ...] = (
          "step n trains at lr(n - 1), recorded in its step; the baseline check compares the "
          "printed lr of every step within print resolution (`{:.2e}`: one unit of the coarser "
          "side; `0.00e+00` is exact)"),
+    Fact("qwen3 steps with Adam at --learning_rate, betas (0.9, 0.95), eps 1e-8, no schedule: "
+         "the step line prints FLAGS_learning_rate",
+         "feat/add_Qwen3-8B@a3f84f8:example/qwen3/main.cc:263 "
+         "`optimizers::Adam::Create(FLAGS_learning_rate, 0.9f, 0.95f, 1e-8f)`, :393-397",
+         "`--model qwen3 --optimizer adamw --weight_decay 0 --adam_beta2 0.95`"),
+    Fact("mixtral (tiny_mixtral renamed) steps, batches and loads as tiny_mixtral: Adam at "
+         "`--learning_rate`, micro / global batch flags, the same checkpoint header (magic "
+         "20260513, version 2) and tensor order; its step line adds peak used / reserved MB",
+         "later@ed83c8b:example/mixtral/main.cc:30-34, 107, 155-159; later@2ff4941:"
+         "example/mixtral/checkpoint_loader.cc:22-24, 45-66, 139-165",
+         "tiny_mixtral's flags (`--model mixtral`), the step line's loss read with its peak "
+         "fields"),
     Fact("tiny_mixtral steps with Adam at `--learning_rate`, no schedule: the step line prints "
          "FLAGS_learning_rate", "feat/support_moe@b7e0760:example/tiny_mixtral/main.cc:102-103, "
          "140-143",
@@ -163,7 +175,9 @@ def _mixtral_batch(flags: dict[str, Any]) -> dict[str, int]:
 PROGRAM_SEMANTICS: dict[str, ProgramSemantics] = {
     "gpt2": ProgramSemantics({"optimizer": "sgd"}, _master_batch),
     "llama3": ProgramSemantics(ADAM, _master_batch),
+    "qwen3": ProgramSemantics({**ADAM, "adam_beta2": 0.95}, _master_batch),
     "tiny_mixtral": ProgramSemantics(ADAM, _mixtral_batch),
+    "mixtral": ProgramSemantics(ADAM, _mixtral_batch),
 }
 # Flags whose value changes nothing the baseline computes.
 IGNORED = {"overfit_single_batch": "a no-op in InfiniTrain master (FACTS: the loader's reset "

@@ -80,8 +80,13 @@ def test_a_listing_without_the_default_is_a_reason_not_the_bundled_trainers_defa
 
 
 def test_an_unknown_program_has_no_semantics():
-    with pytest.raises(BaselineUnmatched, match="InfiniTrain's 'mixtral' program"):
-        flags("mixtral", {}, LISTED["gpt2"])
+    with pytest.raises(BaselineUnmatched, match="InfiniTrain's 'gemma' program"):
+        flags("gemma", {}, LISTED["gpt2"])
+
+
+def test_qwen3_steps_with_its_own_adam_betas():
+    got = flags("qwen3", {}, {**LISTED["gpt2"], "learning_rate": "1e-05"})
+    assert (got["model"], got["optimizer"], got["adam_beta2"]) == ("qwen3", "adamw", 0.95)
 
 
 # What feat/lr_scheduler's gpt2 lists besides master's (example/gpt2/main.cc:67-71).

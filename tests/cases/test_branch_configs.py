@@ -174,12 +174,42 @@ def test_a_tag_no_program_runs_is_said():
 
 
 def test_a_program_without_facts_is_listed_and_skipped_never_run_as_another():
+    config = _load("support_moe", variables={"GEMMA_TEST_GROUPS": "basic"})
+    gemma = [c for c in config.cases if c.model == "gemma"]
+    assert len(gemma) == 16
+    assert all("InfiniTrain program 'gemma' (variable GEMMA_TEST_GROUPS): the harness has no "
+               "facts for it" in c.skip for c in gemma)
+    assert all(not c.skip for c in config.cases if c.model != "gemma")
+
+
+def test_qwen3_runs_the_tags_its_groups_variable_names_and_none_by_default():
+    assert not [c for c in _load("support_moe").cases if c.model == "qwen3"]
     config = _load("support_moe", variables={"QWEN3_TEST_GROUPS": "basic"})
     qwen = [c for c in config.cases if c.model == "qwen3"]
-    assert len(qwen) == 16
-    assert all("InfiniTrain program 'qwen3' (variable QWEN3_TEST_GROUPS): the harness has no "
-               "facts for it" in c.skip for c in qwen)
-    assert all(not c.skip for c in config.cases if c.model != "qwen3")
+    assert len(qwen) == 16 and {c.tag for c in qwen} == {"basic"}
+    assert all(not c.skip for c in qwen)
+    every = _load("support_moe", variables={"QWEN3_TEST_GROUPS": "*"})
+    assert {c.tag for c in every.cases if c.model == "qwen3"} == set(every.tags)
+
+
+def test_a_star_among_tag_names_is_one_line_naming_the_file_and_variable():
+    with pytest.raises(ConfigError) as error:
+        _load("support_moe", variables={"QWEN3_TEST_GROUPS": "*,basic"})
+    text = str(error.value)
+    assert str(CONFIGS["support_moe"]) in text and "QWEN3_TEST_GROUPS='*,basic'" in text
+    assert "expected '*' alone or tag names" in text and "\n" not in text
+
+
+def test_the_build_folder_decides_between_tiny_mixtral_and_its_rename(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "mixtral").write_text("")
+    renamed = load_config(CONFIGS["support_moe"], Overrides(build_dir=str(build)))
+    assert {c.model for c in renamed.cases if c.tag == "moe"} == {"mixtral"}
+    (build / "mixtral").unlink()
+    (build / "tiny_mixtral").write_text("")
+    older = load_config(CONFIGS["support_moe"], Overrides(build_dir=str(build)))
+    assert {c.model for c in older.cases if c.tag == "moe"} == {"tiny_mixtral"}
 
 
 # ------------------------------------------------------------------ keys and flags it does not know
