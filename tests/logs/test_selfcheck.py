@@ -148,13 +148,13 @@ def test_bad_inputs_are_one_line_each_and_nothing_else_is_lost(tmp_path):
     write_log(run, "2", ONE)
     write_log(run, "3", DP8)
     write_log(run, "5", TP4_SP + " --batch_size")  # a flag with no value at the end
-    write_log(run, "1", BASE, program="qwen3")  # a program without facts
+    write_log(run, "1", BASE, program="gemma")  # a program without facts
     by = judged(tmp_path)
     assert by["basic/gpt2/3"].status == PASSED  # nothing else lost
     assert by["basic/gpt2/5"].status == BAD
     assert "gpt2_5.log: --batch_size is the last word; expected its value" in by["basic/gpt2/5"].why
-    assert by["basic/qwen3/1"].status == NOT_JUDGED
-    assert "./qwen3 is a program the harness has no facts for" in by["basic/qwen3/1"].why
+    assert by["basic/gemma/1"].status == NOT_JUDGED
+    assert "./gemma is a program the harness has no facts for" in by["basic/gemma/1"].why
 
 
 def test_two_logs_of_one_case_in_one_run_folder_are_both_bad_inputs(tmp_path):
