@@ -1,7 +1,7 @@
 """End to end: torchrun on CPU with gloo, every parallel case against the single-device run.
 
 Two torchrun launches of tests/trainer/parallel/driver.py (2 and 4 processes) run every case of
-the issue's list on GPT-2, LLaMA 3 and tiny Mixtral in sequence inside one process group each; each case's loss
+the issue's list on GPT-2, LLaMA 3, Qwen3 and tiny Mixtral in sequence inside one process group each; each case's loss
 at every step and every first-step gradient (gathered dump, single-device names) must match the
 in-process single-device engine at fp32 atol 1e-5. Then true CLI runs through
 `torchrun -m harness.trainer` (steps.jsonl and --dump_gradients files) against
