@@ -30,7 +30,7 @@ import numpy as np
 from filelock import FileLock
 
 from harness.contracts.llmc import parameter_shapes, write_checkpoint, write_tokens
-from harness.contracts.models import MODEL_SPECS, UnknownModelError, spec_for_config
+from harness.contracts.models import MODEL_SPECS, UnknownModelError, is_norm_gain, spec_for_config
 from harness.contracts.records import write_atomic
 
 from .presets import PRESETS, Preset
@@ -64,18 +64,13 @@ def init_weights(config, seed: int) -> dict[str, np.ndarray]:
     tensors = {}
     for name, shape in parameter_shapes(config).items():
         noise = rng.standard_normal(shape, dtype=np.float32)
-        if _is_norm_weight(name):
+        if is_norm_gain(name):
             tensors[name] = 1.0 + 0.02 * noise
         elif name.endswith("c_proj.weight"):
             tensors[name] = proj_std * noise
         else:
             tensors[name] = 0.02 * noise
     return tensors
-
-
-def _is_norm_weight(name: str) -> bool:
-    """A norm's gain: the blocks' ln_1 / ln_2, ln_f, qwen3's attn.q_norm / attn.k_norm."""
-    return name.endswith(".weight") and (".ln_" in f".{name}" or name.endswith("_norm.weight"))
 
 
 def _prose() -> str:

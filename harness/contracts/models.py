@@ -31,6 +31,18 @@ def _require_positive(owner: str, **fields: int) -> None:
             raise ValueError(f"{owner}.{name} is {value!r}; expected a positive integer")
 
 
+def _require_positive_finite(owner: str, **fields: float) -> None:
+    for name, value in fields.items():
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{owner}.{name} is {value!r}; expected a positive, finite number")
+
+
+def is_norm_gain(name: str) -> bool:
+    """A norm's gain by its llm.c name: the blocks' ln_1 / ln_2, ln_f, qwen3's attn.q_norm /
+    attn.k_norm (weights and synthetic assets initialize them near 1, not near 0)."""
+    return name.endswith(".weight") and (".ln_" in f".{name}" or name.endswith("_norm.weight"))
+
+
 @dataclass(frozen=True)
 class GPT2Config:
     block_size: int
@@ -168,10 +180,7 @@ class Qwen3Config:
             raise ValueError(f"Qwen3Config.multiple_of={self.multiple_of} does not divide the "
                              f"MLP width 3 * n_embd = {self.ffn_dim}; expected a divisor "
                              f"(InfiniTrain's model rounds up to it, its loader does not)")
-        for name, value in (("norm_eps", self.norm_eps), ("rope_theta", self.rope_theta)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"Qwen3Config.{name} is {value!r}; expected a positive, "
-                                 f"finite number")
+        _require_positive_finite("Qwen3Config", norm_eps=self.norm_eps, rope_theta=self.rope_theta)
         if self.use_scaled_rope is not False:
             raise ValueError(f"Qwen3Config.use_scaled_rope is {self.use_scaled_rope!r}; the "
                              f"qwen3 program leaves the scaling out (transformer/utils.cc:15-18),"
@@ -233,11 +242,8 @@ class MixtralConfig:
         if self.router_topk > self.num_experts:  # config.h:68
             raise ValueError(f"MixtralConfig.router_topk={self.router_topk} exceeds "
                              f"num_experts={self.num_experts}")
-        for name, value in (("ffn_expansion_ratio", self.ffn_expansion_ratio),
-                            ("norm_eps", self.norm_eps), ("rope_theta", self.rope_theta)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"MixtralConfig.{name} is {value!r}; expected a positive, "
-                                 f"finite number")
+        _require_positive_finite("MixtralConfig", ffn_expansion_ratio=self.ffn_expansion_ratio,
+                                 norm_eps=self.norm_eps, rope_theta=self.rope_theta)
         if self.use_scaled_rope is not False:
             # config.h:61 refuses it, and PrecomputeFreqsCis ignores the flag (utils.cc:15-18)
             raise ValueError(f"MixtralConfig.use_scaled_rope is {self.use_scaled_rope!r}; "

@@ -1,9 +1,9 @@
-"""The models: GPT-2, LLaMA 3, Qwen3 and tiny Mixtral as plain PyTorch modules, and their llm.c-named
-weights.
+"""The models: GPT-2, LLaMA 3, Qwen3 and tiny Mixtral as plain PyTorch modules, and their
+llm.c-named weights.
 
-One folder per family, torchtitan style (gpt2/, llama3/, qwen3/, mixtral/): ``model.py`` (the module, no
-torch.distributed) and ``parallelize.py`` (its TP / SP plan, as code) beside it, put together as
-one ``TrainSpec`` (train_spec.py) and listed in registry.py.
+One folder per family, torchtitan style (gpt2/, llama3/, qwen3/, mixtral/): ``model.py`` (the
+module, no torch.distributed) and ``parallelize.py`` (its TP / SP plan, as code) beside it, put
+together as one ``TrainSpec`` (train_spec.py) and listed in registry.py.
 
 ``build_model(config, ...)`` makes a whole model or a part (a pipeline stage / chunk) from a
 config; ``load_weights(part, tensors)`` fills a part from named tensors (llm.c names with

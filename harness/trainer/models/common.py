@@ -10,6 +10,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from harness.contracts.models import is_norm_gain
+
 
 class ModelPart(nn.Module):
     """Base of GPT2 / LLaMA3: records which pieces of the model this part holds.
@@ -63,8 +65,7 @@ class ModelPart(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 p.zero_()
-            elif ".ln_" in f".{name}" or name.endswith("_norm.weight"):
-                # h.{i}.ln_1 / ln_2, ln_f; qwen3's h.{i}.attn.q_norm / k_norm
+            elif is_norm_gain(name):  # h.{i}.ln_1 / ln_2, ln_f; qwen3's attn.q_norm / k_norm
                 p.fill_(1.0)
             else:
                 g = named_generator(seed, self.source_name(name))

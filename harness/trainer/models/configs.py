@@ -15,8 +15,8 @@ from typing import Protocol
 
 from harness.contracts.models import GPT2Config, LLaMA3Config, MixtralConfig, Qwen3Config
 
-__all__ = ["CONFIG_FIELDS", "GPT2Config", "LLaMA3Config", "MixtralConfig", "ModelConfig", "Qwen3Config",
-           "missing_config_fields"]
+__all__ = ["CONFIG_FIELDS", "GPT2Config", "LLaMA3Config", "MixtralConfig", "ModelConfig",
+           "Qwen3Config", "missing_config_fields"]
 
 
 class ModelConfig(Protocol):
