@@ -1,5 +1,6 @@
 """A case's trainer flags, from the config's text to the values a run is launched with:
-@VAR@ substitution (text only, nothing is evaluated), each flag's typed value from the flag
+@VAR@ substitution (text only, nothing is evaluated), in a config of InfiniTrain's shape `$NAME`
+as its runner's shell would expand it (ShellScope), each flag's typed value from the flag
 table (`harness.contracts.flags`; a flag the table does not know is a foreign trainer's own, kept as
 written), defaults < group defaults < case args with the flags the harness owns refused, and
 the world size (dp, or InfiniTrain's `nthread_per_process`, x tp x pp) and total-batch
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from difflib import get_close_matches
 from typing import Any
 
@@ -91,31 +92,90 @@ def _check_defined(name: str, value: str, variables: dict, fail) -> None:
              f"{', '.join(sorted(variables)) or 'none'}")
 
 
+# ---------------------------------------------------------------------- $NAME, as the runner's shell
+
+# What InfiniTrain's runner expands when it evals a command: $NAME or ${NAME}; any other use of
+# `$` ($(...), ${NAME:-x}, $1) is shell the harness does not evaluate, and is refused.
+_SHELL_NAME = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))")
+
+
+@dataclass(frozen=True)
+class ShellScope:
+    """The variables one program's command sees when InfiniTrain's runner evals it: the
+    config's variables (exported verbatim) and what the runner sets just before that program
+    (harness.contracts.programs: Program.shell_variables). `unset` says, for a name the scope
+    lacks, why (the line an error names)."""
+
+    program: str
+    values: dict[str, str]
+    unset: dict[str, str] = field(default_factory=dict)
+
+    def why_unset(self, name: str) -> str:
+        return self.unset.get(name, f"${name} is neither a variable of the config nor one "
+                                    f"InfiniTrain's runner sets for {self.program}; expected it "
+                                    f"in `variables` (or --harness-var {name}=VALUE)")
+
+
+def shell_text(value: Any) -> str:
+    """A config variable's value as the runner's jq writes it before exporting it
+    (`"\\(.key)=\\(.value)"`: strings verbatim, booleans true / false, numbers as JSON)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else str(value)
+
+
+def shell_expand(value: Any, scope: "ShellScope | None", fail) -> Any:
+    """`value` with each $NAME / ${NAME} replaced from `scope` (None: nothing is expanded, the
+    harness's own configs); a name the scope lacks, or other shell syntax, fails in one line."""
+    if scope is None or not isinstance(value, str) or "$" not in value:
+        return value
+    out, at = [], 0
+    while (dollar := value.find("$", at)) >= 0:
+        match = _SHELL_NAME.match(value, dollar)
+        if match is None:
+            fail(f"{value!r}: shell syntax at {value[dollar:dollar + 12]!r} that the harness does "
+                 f"not evaluate; expected $NAME or ${{NAME}} (InfiniTrain's runner evals the "
+                 f"command, the harness expands variables only)")
+        name = match["braced"] or match["plain"]
+        if name not in scope.values:
+            fail(f"{value!r}: {scope.why_unset(name)}")
+        out += [value[at:dollar], scope.values[name]]
+        at = match.end()
+    return "".join(out + [value[at:]])
+
+
 # ---------------------------------------------------------------------- world size, batch
 
 def world_size(flags: dict[str, Any], data_parallel: tuple | None, nthreads: tuple | None,
-               failer, context_parallel: int = 1) -> int:
-    """dp x tp x cp x pp, or InfiniTrain's process count checked against tp x cp x pp (and
+               failer, context_parallel: int = 1, processes: tuple | None = None) -> int:
+    """dp x tp x cp x pp, or InfiniTrain's rank count checked against tp x cp x pp (and
     against dp when both are given), as InfiniTrain's rank layout divides it
     (feat/context_parallel@d03ba16:infini_train/src/nn/parallel/global.cc:126-128: world %
-    (TP * CP * PP) == 0, DP = world / TP / CP / PP). `data_parallel` and `nthreads` are
-    (value, location) or None."""
+    (TP * CP * PP) == 0, DP = world / TP / CP / PP). InfiniTrain's ranks are its processes
+    times each one's threads (PROC_WORLD_SIZE x nthread_per_process): `processes` is a group's
+    infini_run process count. `data_parallel`, `nthreads` and `processes` are (value, location)
+    or None."""
     # (name, degree) of each model-parallel dimension; CP named only where a case sets it
     degrees = [("tensor_parallel", flags["tensor_parallel"])] + (
         [("context_parallel", context_parallel)] if context_parallel != 1 else []) + [
         ("pipeline_parallel", flags["pipeline_parallel"])]
     model_parallel = math.prod(degree for _, degree in degrees)
     names = " * ".join(name for name, _ in degrees)
-    if nthreads is not None:
-        world = nthreads[0]
+    if nthreads is not None or processes is not None:
+        threads = nthreads[0] if nthreads is not None else 1
+        world = threads * (processes[0] if processes is not None else 1)
+        # (nthread_per_process counts InfiniTrain's processes in its scripts' words)
+        counted = f"{world} processes" if processes is None or nthreads is None else (
+            f"{processes[0]} processes x {threads} threads = {world} ranks")
         if world % model_parallel:
-            failer(nthreads[1])(
-                f"{world} processes is not a multiple of {names} = "
+            failer(nthreads[1] if processes is None else processes[1])(
+                f"{counted} is not a multiple of {names} = "
                 f"{' * '.join(str(degree) for _, degree in degrees)} = {model_parallel}")
         if data_parallel is not None and data_parallel[0] * model_parallel != world:
             failer(data_parallel[1])(
                 f"data_parallel {data_parallel[0]} * {names} "
-                f"{model_parallel} != nthread_per_process {world}")
+                f"{model_parallel} != " + (f"nthread_per_process {world}" if processes is None
+                                           else counted))
     else:
         world = (data_parallel[0] if data_parallel else 1) * model_parallel
     return world
@@ -151,10 +211,13 @@ TYPO_CUTOFF = 0.85
 _WORLD_FLAGS = ("data_parallel", "nthread_per_process")
 
 
-def resolve_args(layers, variables, failer):
-    """Merge defaults < group defaults < case args; substitute and type.
+def resolve_args(layers, variables, failer, shell: ShellScope | None = None,
+                 processes: tuple | None = None):
+    """Merge defaults < group defaults < case args; substitute (@VAR@, then `$NAME` from
+    `shell` where given) and type. `processes`: (a group's infini_run process count, its
+    location), or None.
     Returns (flags, args, world size): `args` are the flags exactly as the config says (after
-    @VAR@ and typing; foreign flags as written), what a foreign trainer is launched with;
+    substitution and typing; foreign flags as written), what a foreign trainer is launched with;
     `flags` are the bundled trainer's resolved flags (its defaults filled in)."""
     merged: dict[str, tuple[Any, list]] = {}
     for location, args in layers:
@@ -173,7 +236,7 @@ def resolve_args(layers, variables, failer):
                 fail(f"unknown trainer flag {name!r}; did you mean {typo[0]!r}? (a flag the "
                      f"harness does not know is passed to a foreign trainer as written, but "
                      f"this one is a near-miss of a known flag)")
-        value = coerce(name, substitute(raw, variables, fail), fail)
+        value = coerce(name, shell_expand(substitute(raw, variables, fail), shell, fail), fail)
         if name in _WORLD_FLAGS:
             counts[name] = (value, location)
         if name != "data_parallel":  # ours alone: no trainer has it
@@ -182,7 +245,7 @@ def resolve_args(layers, variables, failer):
             flags[name] = value
     context = int(given.get("context_parallel", 1))
     world = world_size(flags, counts.get("data_parallel"), counts.get("nthread_per_process"),
-                       failer, context)
+                       failer, context, processes)
     last_location = next(iter(merged.values()))[1][:-1] if merged else layers[-1][0]
     location = merged.get("total_batch_size", (None, last_location + ["total_batch_size"]))[1]
     resolve_total_batch_size(flags, world, location, failer, context)

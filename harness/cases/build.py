@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.contracts.flags import NO_DECLARED_ROLES, DeclaredRoles, FlagError
 from harness.contracts.models import MODEL_SPECS
-from harness.contracts.programs import PROGRAMS, GroupsError, plan_tags
+from harness.contracts.programs import PROGRAMS, RUNNER, GroupsError, plan_tags
 
 from .config_types import Assets, HarnessConfig, ModelFiles, Overrides, TrainerSpec
 from .errors import failer_for
@@ -16,6 +16,13 @@ from .args import substitute
 
 # the registered model families a config that names none runs (ModelSpec.in_default_cases)
 DEFAULT_MODELS = tuple(s.name for s in MODEL_SPECS.values() if s.in_default_cases)
+
+
+def infinitrain_shaped(data) -> bool:
+    """A config of InfiniTrain's own shape: its variables name InfiniTrain's BUILD_DIR (as
+    every branch's scripts/test_config.json does)."""
+    return isinstance(data, dict) and isinstance(data.get("variables"), dict) \
+        and "BUILD_DIR" in data["variables"]
 
 
 def build_config(path: Path, data: dict, overrides: Overrides | None = None,
@@ -73,6 +80,8 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None,
         seed=assets_spec.get("seed", 0),
         dir=(base_dir / assets_spec["dir"]) if "dir" in assets_spec else None,
     )
+    device_variable = RUNNER.device_variable
+    device_backend = str(variables.get(device_variable) or RUNNER.device_default)
     try:
         trainer = TrainerSpec(
             backend=backend,
@@ -83,12 +92,15 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None,
             build_dir=build_dir,
             launch=overrides.launch or trainer_spec.get("launch", "threads"),
             build_source=source,
+            device_backend=device_backend,
         )
     except ValueError as error:
-        failer(["trainer"])(str(error))
+        failer(["variables", device_variable] if device_variable in variables
+               else ["trainer"])(str(error))
 
     tags, cases = expand_cases(data, variables, models, failer, declared,
-                               tag_plan.programs_by_tag if tag_plan else None)
+                               tag_plan.programs_by_tag if tag_plan else None,
+                               shell=infinitrain_shaped(data))
     notes = [f"{path}: top-level key {key!r} is InfiniTrain's own: not used by the harness"
              for key in foreign]
     for key in ("basic_compile_commands", "builds"):
@@ -98,6 +110,12 @@ def build_config(path: Path, data: dict, overrides: Overrides | None = None,
             notes.append(f"{path}: {key} ({ids}): recorded, not run: the harness tests the "
                          f"build folder it is given")
     notes += tag_plan.notes if tag_plan else ()
+    if device_variable in variables and backend == "infinitrain":
+        notes.append(f"{path}: variable {device_variable}={device_backend!r}: InfiniTrain's "
+                     f"binaries get --device {device_backend} on an accelerator, as its runner "
+                     f"passes it ({RUNNER.source('device_variable').split(';')[0]}); a CPU run "
+                     f"passes --device cpu")
+    notes += group_launch_notes(path, data, cases)
     notes += unknown_flag_notes(cases, declared)
     return HarnessConfig(path=path, variables=variables, models=programs,
                          model_files=model_files, assets=assets, trainer=trainer, tags=tags,
@@ -128,6 +146,22 @@ def _declared_roles(data: dict, overrides: Overrides, failer) -> DeclaredRoles:
             if overrides.flag_roles else from_file
     except FlagError as error:
         failer([])(str(error))
+
+
+def group_launch_notes(path: Path, data: dict, cases) -> list[str]:
+    """One line per group launched through infini_run (its `infini_run_args`): how the harness
+    launches it, and that its reference is still one device."""
+    notes = []
+    for tag in dict.fromkeys(c.tag for c in cases if c.launcher_processes):
+        group = [c for c in cases if c.tag == tag and c.launcher_processes]
+        processes = sorted({c.launcher_processes for c in group})
+        notes.append(
+            f"{path}: tag {tag!r}: infini_run_args {{\"nproc_per_node\": "
+            f"{', '.join(map(str, processes))}}}: its {len(group)} case(s) run through "
+            f"`infini_run --nproc_per_node=N -- ./<program>` (the harness keeps the `--` that "
+            f"InfiniTrain's runner leaves out: without it infini_run's gflags reads the "
+            f"program's flags as its own); each compared with its one-device reference")
+    return notes
 
 
 def unknown_flag_notes(cases, declared: DeclaredRoles) -> list[str]:

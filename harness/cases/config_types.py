@@ -100,6 +100,9 @@ class TrainerSpec:
     # Where build_dir came from, for messages: --infinitrain-build, trainer.build, or the
     # config's BUILD_DIR variable (InfiniTrain's own config names its build that way).
     build_source: str = "--infinitrain-build"
+    # infinitrain: the word passed as `--device` on an accelerator (the config's DEVICE_BACKEND
+    # variable, as InfiniTrain's runner passes it; harness.contracts.programs RUNNER)
+    device_backend: str = "cuda"
 
     def __post_init__(self) -> None:
         if self.backend not in backend_names():
@@ -113,6 +116,9 @@ class TrainerSpec:
         if self.launch not in INFINITRAIN_LAUNCHES:
             raise ValueError(f"launch is {self.launch!r}; expected "
                              f"{' or '.join(INFINITRAIN_LAUNCHES)}")
+        if not self.device_backend or not self.device_backend.isidentifier():
+            raise ValueError(f"device backend {self.device_backend!r}: expected a device word "
+                             f"such as cuda or maca")
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,10 @@ class Case:
     # Why the case cannot run at all, known from the config alone (a program the harness has
     # no facts for); "" when it can.
     skip: str = ""
+    # Its group's `infini_run_args.nproc_per_node`: InfiniTrain runs it through infini_run with
+    # that many processes (each with the case's nthread_per_process threads); 0: the trainer's
+    # launch mode decides. Its reference is still one device.
+    launcher_processes: int = 0
 
     def __post_init__(self) -> None:
         need = self.pp * self.tp * self.cp

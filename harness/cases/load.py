@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from .build import build_config
+from .build import build_config, infinitrain_shaped
 from .config_types import HarnessConfig, Overrides
 from .errors import ConfigError
 from .schema import SCHEMA
@@ -46,13 +46,6 @@ def load_config(path: str | Path, overrides: Overrides | None = None) -> Harness
     data, foreign = set_aside_foreign_keys(data)
     validate_schema(path, data)
     return build_config(path, data, overrides, foreign)
-
-
-def infinitrain_shaped(data) -> bool:
-    """A config of InfiniTrain's own shape: its variables name InfiniTrain's BUILD_DIR (as
-    every branch's scripts/test_config.json does)."""
-    return isinstance(data, dict) and isinstance(data.get("variables"), dict) \
-        and "BUILD_DIR" in data["variables"]
 
 
 def set_aside_foreign_keys(data):

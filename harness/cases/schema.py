@@ -160,6 +160,13 @@ SCHEMA: dict = {
                 "properties": {
                     "tag": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
                     "defaults": _ARGS,
+                    # InfiniTrain's newer runner: the group's launch through infini_run
+                    # ({"nproc_per_node": 8}); the loader names a key its runner does not read
+                    "infini_run_args": {
+                        "type": "object",
+                        "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                        "additionalProperties": {"type": ["integer", "string", "null"]},
+                    },
                     **_OVERRIDES,
                     "tests": {
                         "type": "array",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Callable
 
@@ -41,7 +41,7 @@ def _fact(value_schema: dict) -> dict:
 
 _STRING = {"type": "string", "minLength": 1}
 SCHEMA = {
-    "type": "object", "additionalProperties": False, "required": ["programs"],
+    "type": "object", "additionalProperties": False, "required": ["programs", "runner"],
     "properties": {
         "$comment": {"type": "string"},
         "programs": {"type": "array", "minItems": 1, "items": {
@@ -66,12 +66,27 @@ SCHEMA = {
                     "type": ["string", "number", "boolean"]}}),
                 "microbatch_flag": _fact(_STRING),
                 "replaces": _fact(_STRING),  # optional: the program this one renamed
+                # optional: shell variables its runner sets just before its command (NAME ->
+                # the config variable it copies), seen by the command's eval
+                "shell_variables": _fact({"type": "object", "additionalProperties": {
+                    "type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}}),
             }}},
+        "runner": {
+            "type": "object", "additionalProperties": False,
+            "required": ["group_launch_keys", "exported_variables", "device_variable",
+                         "device_default", "config_option"],
+            "properties": {
+                "group_launch_keys": _fact({"type": "array", "items": _STRING, "minItems": 1}),
+                "exported_variables": _fact(_STRING),
+                "device_variable": _fact({"type": "string", "pattern": "^[A-Z][A-Z0-9_]*$"}),
+                "device_default": _fact(_STRING),
+                "config_option": _fact({"type": "string", "pattern": "^--[a-z-]+$"}),
+            }},
     },
 }
 FACT_NAMES = tuple(name for name in SCHEMA["properties"]["programs"]["items"]["required"]
                    if name != "name")
-OPTIONAL_FACTS = ("replaces",)
+OPTIONAL_FACTS = ("replaces", "shell_variables")
 
 
 class ProgramFactsError(ValueError):
@@ -102,6 +117,9 @@ class Program:
     # The program of the same variables that this one renamed (mixtral: tiny_mixtral): a build
     # folder holds one of the two binaries, and its runner runs that one (plan_tags).
     replaces: str | None = None
+    # Shell variables the runner sets just before this program's command (LORA_WEIGHTS_DIR ->
+    # GPT2_LORA_WEIGHTS_DIR): a `$NAME` in a case's args means the config variable named here.
+    shell_variables: dict = field(default_factory=dict)
 
     @property
     def input_bin_variable(self) -> str:
@@ -145,13 +163,49 @@ def read_programs(text: str, where: str = "infinitrain_programs.json") -> dict[s
     return programs
 
 
-def _load() -> dict[str, Program]:
+@dataclass(frozen=True)
+class Runner:
+    """What InfiniTrain's runner (scripts/run_models_and_profile.bash) reads beyond each
+    program's facts: a group's `infini_run_args`, the variables its commands see, the device
+    word it passes, its config option."""
+
+    group_launch_keys: tuple[str, ...]  # the infini_run_args keys it reads (nproc_per_node)
+    exported_variables: str  # which config variables a command's eval sees
+    device_variable: str  # the variable whose value replaces `--device cuda` (DEVICE_BACKEND)
+    device_default: str  # its value where the config leaves it out
+    config_option: str  # how a config other than test_config.json is named (--test-config)
+    sources: tuple[tuple[str, str], ...]
+
+    def source(self, fact: str) -> str:
+        return dict(self.sources)[fact]
+
+
+RUNNER_FACTS = tuple(SCHEMA["properties"]["runner"]["required"])
+# infini_run's process-count flag (tools/infini_run/infini_run.cc:12 DEFINE_int32(nproc_per_node,
+# ...)): the one infini_run_args key whose meaning the harness has (a group's process count).
+LAUNCHER_PROCESSES = "nproc_per_node"
+
+
+def read_runner(text: str, where: str = "infinitrain_programs.json") -> Runner:
+    """The runner facts of a facts document (read_programs checks the schema first)."""
+    entry = json.loads(text)["runner"]
+    values = {fact: entry[fact]["value"] for fact in RUNNER_FACTS}
+    unknown = [key for key in values["group_launch_keys"] if key != LAUNCHER_PROCESSES]
+    if unknown:
+        raise ProgramFactsError(f"{where}: runner/group_launch_keys names {', '.join(unknown)}; "
+                                f"the harness knows what {LAUNCHER_PROCESSES} means and no other "
+                                f"infini_run_args key: expected {LAUNCHER_PROCESSES} only")
+    return Runner(**{**values, "group_launch_keys": tuple(values["group_launch_keys"])},
+                  sources=tuple((fact, entry[fact]["source"]) for fact in RUNNER_FACTS))
+
+
+def _load() -> tuple[dict[str, Program], Runner]:
     text = resources.files("harness.contracts").joinpath(
         "data/infinitrain_programs.json").read_text()
-    return read_programs(text)
+    return read_programs(text), read_runner(text)
 
 
-PROGRAMS: dict[str, Program] = _load()
+PROGRAMS, RUNNER = _load()
 
 
 def program_for_groups_variable(variable: str) -> str:
@@ -273,6 +327,10 @@ def program_table() -> list[str]:
                 "none" if value is None else str(value).lower() if isinstance(value, bool)
                 else value)
             lines.append(f"| {program.name} | {fact} | `{shown}` | {_cell(source)} |")
+    for fact, source in RUNNER.sources:  # the runner's own facts, under its script's name
+        value = getattr(RUNNER, fact)
+        shown = ", ".join(value) if isinstance(value, tuple) else value
+        lines.append(f"| (runner) | {fact} | `{shown}` | {_cell(source)} |")
     return lines
 
 

@@ -67,6 +67,9 @@ class LaunchSpec:
     device: str = "cpu"
     port: int | None = None
     slots: list[int] = field(default_factory=list)
+    # A per-group launch's process count (InfiniTrain's infini_run_args: world_size is these
+    # processes times each one's threads); 0: the trainer's own launch mode decides.
+    launcher_processes: int = 0
 
 
 @dataclass

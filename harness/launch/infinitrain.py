@@ -7,6 +7,12 @@ What this backend knows about them (see docs/infinitrain.md, checked in InfiniTr
   `cclUniqueId_*.bin` files in the current folder, so two runs in one folder collide.
 - Two launch modes: `threads` (InfiniTrain's scripts: one process, `--nthread_per_process N`)
   and `infini_run` (`infini_run --nproc_per_node N -- ./gpt2 ...`, one process per device).
+  A case whose group has `infini_run_args` (the newer runner's per-group launch) runs through
+  infini_run with that many processes whatever the mode, its nthread_per_process as it says.
+  The `--` stays: the runner writes `./infini_run --nproc_per_node=N ./gpt2 --input_bin ...`
+  without it, but infini_run's gflags permutes argv and reads every later flag as its own.
+- On an accelerator `--device` is the config's DEVICE_BACKEND (default cuda), as InfiniTrain's
+  fix_muxi_device_registry runner passes it.
 - Flags are gflags, strict: the command carries the case's flags exactly as the config says,
   plus the model's files and the device; nothing the harness invented.
 - The step line goes through glog: to stderr (prefixed `E20260625 05:21:33.123456 12345
@@ -76,7 +82,7 @@ class InfiniTrainBackend:
 
     def __init__(self, build_dir: str | Path, launch: str = "threads",
                  env: dict[str, str] | None = None, facts_dir: Path | None = None,
-                 source: str = "--infinitrain-build") -> None:
+                 source: str = "--infinitrain-build", device_backend: str = "cuda") -> None:
         self.build_dir = Path(build_dir).resolve()
         if not self.build_dir.is_dir():
             hint = ("; the config has InfiniTrain's shape, so its cases run InfiniTrain's "
@@ -89,6 +95,8 @@ class InfiniTrainBackend:
             raise InfiniTrainError(f"--infinitrain-launch {launch!r}: expected one of "
                                    f"{', '.join(LAUNCH_MODES)}")
         self.launch_mode = launch
+        # the `--device` word on an accelerator (the config's DEVICE_BACKEND)
+        self.device_backend = device_backend
         self.env = dict(env or {})
         self._version: str | None = None
         self._identity: dict[str, Identity] | None = None
@@ -102,7 +110,7 @@ class InfiniTrainBackend:
         """The backend a config's trainer section names (harness.registry's factory)."""
         spec = config.trainer
         return cls(spec.build_dir, spec.launch, env=dict(spec.env), facts_dir=facts_dir,
-                   source=spec.build_source)
+                   source=spec.build_source, device_backend=spec.device_backend)
 
     # ------------------------------------------------------------------ the build
 
@@ -261,21 +269,31 @@ class InfiniTrainBackend:
 
     def command(self, spec: LaunchSpec) -> list[str]:
         args = dict(spec.flags)
+        device = spec.device if spec.device == "cpu" else self.device_backend
         common = [f"--input_bin={spec.input_bin}", f"--llmc_filepath={spec.checkpoint}",
-                  f"--device={spec.device}"]
+                  f"--device={device}"]
         if spec.gradients_dir is not None and self.facts(spec.model).accepts("dump_gradients"):
             common.append(f"--dump_gradients={spec.gradients_dir}")
         binary = str(self.binary(spec.model))
-        if spec.world_size == 1:
+        processes = self._processes(spec)
+        if not processes:
+            if spec.world_size > 1:
+                # The launch mode owns the device count; a case that gives it says the same.
+                args["nthread_per_process"] = spec.world_size
             return [binary, *common, *flag_argv(args)]
-        if self.launch_mode == "threads":
-            # The launch mode owns the device count; a case that gives it says the same.
-            args["nthread_per_process"] = spec.world_size
-            return [binary, *common, *flag_argv(args)]
-        args.pop("nthread_per_process", None)
-        return [str(self.launcher()), f"--nproc_per_node={spec.world_size}",
+        if not spec.launcher_processes:  # the launch mode's: one device per process
+            args.pop("nthread_per_process", None)
+        return [str(self.launcher()), f"--nproc_per_node={processes}",
                 f"--rdzv_endpoint=127.0.0.1:{spec.port or 29500}", "--",
                 binary, *common, *flag_argv(args)]
+
+    def _processes(self, spec: LaunchSpec) -> int:
+        """How many processes infini_run starts for this run; 0: the binary alone. A group's
+        own launch (infini_run_args) whatever the mode; else the infini_run mode's one per
+        rank over more than one rank."""
+        if spec.launcher_processes:
+            return spec.launcher_processes
+        return spec.world_size if self.launch_mode == "infini_run" and spec.world_size > 1 else 0
 
     def launch(self, spec: LaunchSpec, settings) -> ProcessResult:
         return run_command(self, spec, settings)
@@ -328,7 +346,7 @@ class InfiniTrainBackend:
             return None
         shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
         lines = f"{len(missing)} of {len(expected)} step lines missing (step {shown})"
-        if self.launch_mode == "infini_run" and spec.world_size > 1:
+        if self._processes(spec):
             if result.returncode == 0:
                 return (f"{lines}: a rank crashed or stopped early (infini_run exits 0 "
                         f"whatever its children do)")

@@ -334,7 +334,8 @@ class CaseRunner:
         return CasePlan(
             case, checkpoint, input_bin, relative, calibration,
             RunTarget(case.name, case.model, flags, case.world_size, checkpoint, input_bin, out,
-                      gradients=gradients, port=True),
+                      gradients=gradients, port=True,
+                      launcher_processes=case.launcher_processes),
             # What the run is launched with, less its own output paths (flags.run_private):
             # those are in output_dir and command, and would make every two records differ.
             record_flags={k: v for k, v in flags.items() if not run_private(k)},

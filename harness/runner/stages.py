@@ -42,6 +42,7 @@ class RunTarget:
     output_dir: Path
     gradients: bool  # dumped into output_dir/gradients
     port: bool  # given a rendezvous port (a case always; the others over one process only)
+    launcher_processes: int = 0  # a case's per-group launch (Case.launcher_processes)
 
     def __post_init__(self) -> None:
         if not self.name or not self.model:
@@ -57,7 +58,8 @@ class RunTarget:
             world_size=self.world_size, checkpoint=self.checkpoint, input_bin=self.input_bin,
             output_dir=self.output_dir,
             gradients_dir=self.output_dir / "gradients" if self.gradients else None,
-            log_dir=self.output_dir / "logs", device=device, port=port, slots=list(slots))
+            log_dir=self.output_dir / "logs", device=device, port=port, slots=list(slots),
+            launcher_processes=self.launcher_processes)
 
 
 @dataclass(frozen=True)

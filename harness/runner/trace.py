@@ -181,7 +181,8 @@ class Tracer:
         run_flags = trace_flags(planned.flags, step, folder / "run" / "dump")
         run = RunTarget(f"{case.name}-trace", case.model, run_flags, case.world_size,
                         planned.checkpoint, planned.input_bin, folder / "run",
-                        gradients=False, port=case.world_size > 1)
+                        gradients=False, port=case.world_size > 1,
+                        launcher_processes=case.launcher_processes)
         pairing = runner.backend.trace_pairing(case.model)
         # a trainer that numbers a stage's layers from 0: each run rank's global layers
         layers = stage_layers(layout, case.world_size, case.pp) \

@@ -14,12 +14,16 @@ from harness.contracts.flags import FLAG_TABLE, FLAGS, INFINITRAIN, foreign_role
 from harness.contracts.models import MODEL_SPECS
 from harness.contracts.programs import (
     FACT_NAMES,
+    LAUNCHER_PROCESSES,
     PROGRAMS,
+    RUNNER,
+    RUNNER_FACTS,
     ProgramFactsError,
     parse_groups,
     plan_tags,
     program_table,
     read_programs,
+    read_runner,
 )
 
 # a branch of the fetched repository at its commit, or `later@` a stored later file version
@@ -67,7 +71,40 @@ def _doc(**change):
                             ("family", None), ("defaults", {"batch_size": 4}),
                             ("microbatch_flag", "batch_size"))}}))
     entry.update(change)
-    return json.dumps({"programs": [entry]})
+    return json.dumps({"runner": _runner(), "programs": [entry]})
+
+
+def _runner(**change) -> dict:
+    values = {"group_launch_keys": [LAUNCHER_PROCESSES], "exported_variables": "all",
+              "device_variable": "DEVICE_BACKEND", "device_default": "cuda",
+              "config_option": "--test-config"}
+    return {fact: {"value": value, "source": "later@id1:r.bash:1"}
+            for fact, value in {**values, **change}.items()}
+
+
+def test_the_runner_facts_each_with_its_source_line():
+    """What the newer runner reads beyond the programs: the one infini_run_args key, the device
+    word's variable and default, its config option; each from the runner's own line."""
+    assert RUNNER.group_launch_keys == (LAUNCHER_PROCESSES,) == ("nproc_per_node",)
+    assert (RUNNER.device_variable, RUNNER.device_default) == ("DEVICE_BACKEND", "cuda")
+    assert RUNNER.config_option == "--test-config"
+    assert [fact for fact, _ in RUNNER.sources] == list(RUNNER_FACTS)
+    for fact, source in RUNNER.sources:
+        assert SOURCE.match(source.replace("fix_muxi_device_registry@", "feat/fix_muxi@")), source
+    # the per-program shell variable: gpt2 and llama3 only (the runner sets it for those two)
+    assert {name: p.shell_variables for name, p in PROGRAMS.items() if p.shell_variables} == {
+        "gpt2": {"LORA_WEIGHTS_DIR": "GPT2_LORA_WEIGHTS_DIR"},
+        "llama3": {"LORA_WEIGHTS_DIR": "LLAMA3_LORA_WEIGHTS_DIR"}}
+
+
+def test_a_runner_key_whose_meaning_the_harness_lacks_is_refused():
+    data = json.loads(_doc())
+    data["runner"] = _runner(group_launch_keys=[LAUNCHER_PROCESSES, "nnodes"])
+    text = json.dumps(data)
+    read_programs(text)  # the shape is right ...
+    with pytest.raises(ProgramFactsError, match="names nnodes; the harness knows what "
+                                                "nproc_per_node means"):
+        read_runner(text, "facts.json")  # ... but nnodes would be read as nothing
 
 
 def test_a_valid_document_reads():
