@@ -47,6 +47,7 @@ MODULES: dict[str, str] = {
     "tests/cases/test_build.py": UNIT,
     "tests/cases/test_expand.py": UNIT,
     "tests/cases/test_load.py": UNIT,
+    "tests/cases/test_runner_options.py": UNIT,
     "tests/cases/test_node_ids.py": UNIT,
     "tests/cases/test_schema.py": UNIT,
     "tests/cases/test_validate.py": UNIT,

@@ -24,7 +24,7 @@ def read_tags(path: str | Path) -> list[str]:
         data = json.loads(Path(path).read_text())
         return [g["tag"] for g in data.get("test_groups", [])
                 if isinstance(g, dict) and isinstance(g.get("tag"), str)
-                and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", g["tag"])]
+                and re.fullmatch(r"[A-Za-z0-9_]+", g["tag"])]
     except (OSError, ValueError, AttributeError, TypeError):
         return []
 
