@@ -189,3 +189,90 @@ def test_a_program_whose_binary_the_build_lacks_is_one_error_line_per_case(tmp_p
             f"{record['name']}: InfiniTrainError: {build.resolve()}: no `tiny_mixtral` binary in "
             f"InfiniTrain's build folder (build it, or leave tiny_mixtral out: variable "
             f"MIXTRAL_TEST_GROUPS names its tags, a config's `models` its models)")
+
+
+def test_qwen3_runs_the_tags_its_groups_variable_names_with_a_pytorch_baseline(tmp_path, model_vars):
+    """feat/add_Qwen3-8B's config, unchanged, with QWEN3_TEST_GROUPS=basic (the newer runner's
+    variable; empty by default): its one-device qwen3 cases run the stand-in's qwen3 (Hugging
+    Face's Qwen3 trained as example/qwen3/main.cc trains it) on the harness's synthetic
+    `infinitrain` qwen3 file, pass their self-check, and the bundled Qwen3 baseline beside
+    them passes too; a warm second session decides the same from the cache."""
+    config = BRANCHES / "feat_add_Qwen3-8B.json"
+    select = ("--harness-var", "QWEN3_TEST_GROUPS=basic", "--harness-cases", "basic/qwen3/1,basic/qwen3/2")
+    output, records = run_branch(tmp_path, "qwen3", config, model_vars, *select,
+                                 more=("--harness-baseline", "pytorch"))
+    assert {r["name"] for r in records} == {"basic/qwen3/1", "basic/qwen3/2"}, output[-3000:]
+    assert Counter(r["status"] for r in records) == {"passed": 2}, _failures(records)
+    for record in records:
+        assert record["command"][0].endswith("/qwen3") and record["self_check"] == "passed"
+        assert record["baseline"]["status"] == "passed", record["baseline"]
+        assert record["baseline"]["run"]["model"] == "qwen3"
+        # qwen3's Adam (0.9, 0.95): the semantics hand the baseline its beta2
+        assert record["baseline"]["run"]["flags"]["adam_beta2"] == 0.95
+    assert len(next(r for r in records if r["case_id"] == "2")["losses"]) == 10
+    again_output, again = run_branch(tmp_path, "qwen3", config, model_vars, *select,
+                                     more=("--harness-baseline", "pytorch"))
+    assert {r["name"]: r["status"] for r in again} == {r["name"]: r["status"] for r in records}, \
+        again_output[-3000:]
+    assert all(r["reference"]["built"] is False for r in again)
+
+
+def test_the_renamed_mixtral_runs_the_moe_tag_and_its_newer_step_line_is_read(tmp_path, model_vars):
+    """A build of the later commit that renamed tiny_mixtral holds `mixtral`: the moe tag runs it
+    (the build decides, harness.contracts.programs built_programs), its stdout step line with
+    `| peak used: ... MB | peak reserved: ... MB` is read, and the mixtral baseline passes."""
+    config = BRANCHES / "feat_support_moe.json"
+    output, records = run_branch(tmp_path, "support_moe", config, model_vars, "-m", "moe",
+                                 "--harness-cases", "moe/mixtral/1,moe/mixtral/2",
+                                 more=("--harness-baseline", "pytorch"),
+                                 models=("gpt2", "llama3", "mixtral"))
+    assert {r["name"] for r in records} == {"moe/mixtral/1", "moe/mixtral/2"}, output[-3000:]
+    assert Counter(r["status"] for r in records) == {"passed": 2}, _failures(records)
+    for record in records:
+        assert record["command"][0].endswith("/mixtral")
+        assert record["baseline"]["status"] == "passed", record["baseline"]
+    assert len(next(r for r in records if r["case_id"] == "2")["losses"]) == 10
+    # what the binary printed: the newer step line, read above into the ten losses
+    printed = [p.read_text() for p in (tmp_path / "out").rglob("cases/moe/mixtral/2/logs/launcher.stdout")]
+    assert printed and "| peak used:     0 MB | peak reserved:     0 MB)" in printed[0], printed
+
+
+def _group_launch_config(tmp_path: Path, processes: int) -> Path:
+    """master's config, its test groups replaced by one of its own launch (the newer runner's
+    infini_run_args): data parallel over the processes, and TP 2 over 2 threads in each."""
+    data = json.loads((Path(__file__).parent / "data" / "infinitrain_test_config.json").read_text())
+    common = {"dtype": "float32", "num_iteration": 10, "batch_size": 40, "total_batch_size": 5120}
+    data["test_groups"] = [{"tag": f"{processes}_proc", "infini_run_args": {"nproc_per_node": processes},
+                            "tests": [{"id": "dp", "args": common},
+                                      {"id": "tp2", "args": {**common, "nthread_per_process": 2,
+                                                             "tensor_parallel": 2}}]}]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "test_config_group_launch.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_group_with_infini_run_args_runs_through_infini_run_and_a_planted_rank_bug_fails(
+        tmp_path, model_vars):
+    """A group of the newer runner's shape, `"infini_run_args": {"nproc_per_node": 2}`: each case
+    runs through the build's infini_run with 2 processes (each with the case's threads: 2 x 2 make
+    4 ranks, TP 2 x DP 2), `--` kept before the program, and is compared with its one-device
+    reference; the same cases with a gradient bug planted in multi-rank runs fail."""
+    config = _group_launch_config(tmp_path, 2)
+    select = ("--harness-cases", "2_proc/gpt2/*")
+    # pr209's build: master's gpt2 refuses TP on a micro vocabulary (its padded-vocab CHECK)
+    output, records = run_branch(tmp_path / "clean", "pr209", config, model_vars, *select)
+    assert {r["name"]: r["status"] for r in records} == {
+        "2_proc/gpt2/dp": "passed", "2_proc/gpt2/tp2": "passed"}, _failures(records) or output[-3000:]
+    for record in records:
+        command = record["command"]
+        assert command[0].endswith("/infini_run") and command[1] == "--nproc_per_node=2"
+        assert command[3] == "--" and command[4].endswith("/gpt2")
+        assert not record["reference"]["command"][0].endswith("/infini_run")
+    tp2 = next(r for r in records if r["case_id"] == "tp2")
+    assert tp2["world_size"] == 4 and "--nthread_per_process=2" in tp2["command"]
+    assert "tag '2_proc': infini_run_args" in output
+    _, planted = run_branch(tmp_path / "planted", "pr209", config, model_vars, *select,
+                            env={"STANDIN_PLANT": "transformer.h.5.mlp.c_fc.weight:1e-3"})
+    assert {r["name"]: r["status"] for r in planted} == {
+        "2_proc/gpt2/dp": "failed", "2_proc/gpt2/tp2": "failed"}, _failures(planted)

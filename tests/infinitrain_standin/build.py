@@ -23,7 +23,9 @@ The build's flavour and device support are baked into each trainer script as its
 - the feature-branch flavours ``"lr_scheduler"`` (feat/lr_scheduler a7949ac), ``"qwen3"``
   (feat/add_Qwen3-8B a3f84f8), ``"support_moe"`` (feat/support_moe b7e0760, which adds the
   ``tiny_mixtral`` program: ``<build>/tiny_mixtral`` -> ``python -m
-  tests.infinitrain_standin.tiny_mixtral @build:F:D "$@"``), ``"context_parallel"``
+  tests.infinitrain_standin.tiny_mixtral @build:F:D @program:tiny_mixtral "$@"``, or its later rename
+  ``mixtral`` with ``models=(..., "mixtral")``; the qwen3 flavour adds ``<build>/qwen3`` -> ``python -m
+  tests.infinitrain_standin.qwen3 @build:F:D "$@"``, qwen3.py), ``"context_parallel"``
   (feat/context_parallel d03ba16) and ``"activation_checkpointing"`` (feat/activation_checkpointing
   e594d9c): each branch's gpt2 / llama3 flag sets and behaviours (see trainer.py's flag_set and
   the package docstring).
@@ -69,14 +71,19 @@ def _script(module: str, *fixed: str, links: str = "", env: str = "") -> str:
 
 FLAVOURS = ("master", "pr209", "lr_scheduler", "qwen3", "support_moe", "context_parallel",
             "activation_checkpointing")
-ALL_MODELS = ("gpt2", "llama3", "tiny_mixtral")
+ALL_MODELS = ("gpt2", "llama3", "tiny_mixtral", "mixtral", "qwen3")
+# the programs only a flavour's build holds: tiny_mixtral and its rename on support_moe, qwen3 on qwen3
+_FLAVOUR_OF = {"tiny_mixtral": "support_moe", "mixtral": "support_moe", "qwen3": "qwen3"}
 
 
 def default_models(flavour: str) -> tuple[str, ...]:
     """The programs a build of that flavour holds by default: gpt2 and llama3, plus tiny_mixtral
-    on support_moe (feat/support_moe:CMakeLists.txt:204-210 builds example/tiny_mixtral; qwen3 is built by
-    feat/add_Qwen3-8B:CMakeLists.txt:193-200 but not played by the stand-in)."""
-    return ("gpt2", "llama3", "tiny_mixtral") if flavour == "support_moe" else ("gpt2", "llama3")
+    on support_moe (feat/support_moe:CMakeLists.txt:204-210 builds example/tiny_mixtral) and qwen3 on
+    qwen3 (feat/add_Qwen3-8B:CMakeLists.txt:193 builds example/qwen3). ``models=(..., "mixtral")``
+    on support_moe plays the later commit that renamed tiny_mixtral (later@0d2bfc7:
+    example/mixtral/main.cc: the same flags, its stdout step line ending with peak memory)."""
+    return {"support_moe": ("gpt2", "llama3", "tiny_mixtral"),
+            "qwen3": ("gpt2", "llama3", "qwen3")}.get(flavour, ("gpt2", "llama3"))
 
 
 def make_build_dir(path: Path, flavour: str = "pr209", cuda: bool = True,
@@ -95,8 +102,9 @@ def make_build_dir(path: Path, flavour: str = "pr209", cuda: bool = True,
     bad = [m for m in models if m not in ALL_MODELS]
     if bad:
         raise ValueError(f"unknown models {bad}")
-    if "tiny_mixtral" in models and flavour != "support_moe":
-        raise ValueError("tiny_mixtral exists only in the support_moe flavour")
+    for model in models:
+        if _FLAVOUR_OF.get(model, flavour) != flavour:
+            raise ValueError(f"{model} exists only in the {_FLAVOUR_OF[model]} flavour")
     path = Path(path)
     (path / "tools" / "infini_run").mkdir(parents=True, exist_ok=True)
     tag = f"@build:{flavour}:{'cuda' if cuda else 'cpu'}"
@@ -106,9 +114,15 @@ def make_build_dir(path: Path, flavour: str = "pr209", cuda: bool = True,
             (path / m).unlink()
     mixtral_env = (f": \"${{STANDIN_MIXTRAL_CONFIG={mixtral_config}}}\"\nexport STANDIN_MIXTRAL_CONFIG\n"
                    if mixtral_config else "")
-    files = {path / m: (_script("tests.infinitrain_standin.tiny_mixtral", tag, links=links, env=mixtral_env)
-                        if m == "tiny_mixtral"
-                        else _script("tests.infinitrain_standin.trainer", m, tag, links=links)) for m in models}
+    def script(model: str) -> str:
+        if model in ("tiny_mixtral", "mixtral"):  # one program under its two names
+            return _script("tests.infinitrain_standin.tiny_mixtral", tag, f"@program:{model}", links=links,
+                           env=mixtral_env)
+        if model == "qwen3":
+            return _script("tests.infinitrain_standin.qwen3", tag, links=links)
+        return _script("tests.infinitrain_standin.trainer", model, tag, links=links)
+
+    files = {path / m: script(m) for m in models}
     files[path / "infini_run"] = _script("tests.infinitrain_standin.infini_run")
     files[path / "tools" / "infini_run" / "infini_run"] = _script("tests.infinitrain_standin.infini_run")
     for f, text in files.items():

@@ -406,3 +406,67 @@ def test_lr_scheduler_run(builds, assets, tmp_path):
         "0.00e+00", "1.00e-03", "1.00e-04"]
     p = run(exe, *common(assets), env={"STANDIN_PLANT_LR": "short"}, cwd=tmp_path)
     assert p.returncode == 2 and "STANDIN_PLANT_LR must be one of warmup_short, cosine_floor (got 'short')" in p.stderr
+
+
+# feat/add_Qwen3-8B:example/qwen3/main.cc:42-86: the 29 names the real CPU build's `./qwen3 --helpxml`
+# lists under example/qwen3/main.cc (measured on a3f84f8, docs/infinitrain_branches.md)
+QWEN3 = {"batch_size", "device", "dtype", "freq_generate_txt", "input_bin", "input_val_bin", "learning_rate",
+         "llmc_filepath", "lora_alpha", "lora_load_path", "lora_rank", "lora_save_path", "lora_target_modules",
+         "model", "nthread_per_process", "num_iteration", "overfit_single_batch", "pipeline_parallel",
+         "precision_check", "sample_every", "sequence_length", "sequence_parallel", "tensor_parallel",
+         "text_length", "tokenizer_bin", "total_batch_size", "use_distributed_optimizer", "val_loss_every",
+         "virtual_pipeline_parallel"}
+
+
+@pytest.mark.subprocess
+def test_qwen3_program_its_flags_its_header_checks_and_its_step_line(builds, assets, tmp_path):
+    """The stand-in's qwen3: the real listing's flags, the loader's magic / version CHECKs in glog's
+    words (what the backend's loader hint reads), and glog step lines of the Adam (0.9, 0.95) run
+    on the harness's `infinitrain` qwen3 file. Its losses are the real binary's to 1e-6 on that file
+    (a3f84f8 CPU build: 5.558524, 5.562173, 5.562376; the stand-in 5.558523, 5.562172, 5.562377)."""
+    qwen3 = builds["qwen3"] / "qwen3"
+    assert sorted(x.name for x in builds["qwen3"].iterdir() if x.is_file()) == [
+        "gpt2", "infini_run", "llama3", "qwen3"]
+    p = run(qwen3, "--helpxml", cwd=tmp_path)
+    got = FLAG_RE.findall(p.stdout)
+    assert p.returncode == 1 and {n for f, n in got if f == "example/qwen3/main.cc"} == QWEN3
+    assert len(got) == len(QWEN3) + len(GFLAGS_OWN)
+    p = run(qwen3, "--model=qwen2", cwd=tmp_path)
+    assert p.returncode == 1 and "failed validation of new value 'qwen2' for flag 'model'" in p.stderr
+    files = ["--input_bin", str(assets.tokens("qwen3", "train")), "--device", "cpu", "--num_iteration", "3"]
+    wrong = tmp_path / "llama3.bin"
+    wrong.write_bytes(assets.checkpoint("llama3").read_bytes())
+    p = run(qwen3, "--llmc_filepath", str(wrong), *files, cwd=tmp_path)
+    assert p.returncode == -6 and re.search(
+        r"^F\d{8} .*checkpoint_loader\.cc:53\] Check failed: magic == kQwen3Magic \(20240803 vs\. 20240804\)",
+        p.stderr, re.M), p.stderr[-2000:]
+    p = run(qwen3, "--llmc_filepath", str(assets.checkpoint("qwen3")), *files, cwd=tmp_path)
+    losses = [float(m.group(2)) for m in map(STEP_RE.match, p.stderr.splitlines()) if m]
+    assert p.returncode == 0 and len(losses) == 3, p.stderr[-2000:]
+    assert losses == pytest.approx([5.558524, 5.562173, 5.562376], abs=2e-6)
+    assert "peak used:     0 MB | peak reserved:     0 MB, DP=1, TP=1, SP=1, PP=1)" in p.stderr
+    # one device only: a CUDA stand-in build says so (the CPU build aborts as the real one)
+    p = run(qwen3, "--llmc_filepath", str(assets.checkpoint("qwen3")), *files, "--nthread_per_process", "2",
+            cwd=tmp_path)
+    assert p.returncode == 2 and "plays one device only" in p.stderr
+
+
+@pytest.mark.subprocess
+def test_mixtral_is_tiny_mixtral_renamed_with_peak_memory_on_its_step_line(builds, assets, tmp_path):
+    build = make_build_dir(tmp_path / "b", flavour="support_moe", mixtral_config="file",
+                           models=("gpt2", "llama3", "mixtral"))
+    assert not (build / "tiny_mixtral").exists()
+    p = run(build / "mixtral", "--helpxml", cwd=tmp_path)
+    got = FLAG_RE.findall(p.stdout)
+    assert {n for f, n in got if f == "example/tiny_mixtral/main.cc"} == TINY_MIXTRAL
+    assert "<program>mixtral</program>" in p.stdout
+    ck = tiny_mixtral.write_checkpoint(tmp_path / "mixtral.bin", weights=True, **tiny_mixtral.SMALL_CONFIG)
+    args = ["--llmc_filepath", str(ck), "--input_bin", str(assets.tokens("llama3", "train")), "--num_iteration", "2"]
+    renamed = run(build / "mixtral", *args, cwd=tmp_path)
+    old = run(builds["support_moe_file"] / "tiny_mixtral", *args, cwd=tmp_path)
+    steps = [line for line in renamed.stdout.splitlines() if line.startswith("step")]
+    assert len(steps) == 2 and all(line.endswith("| peak used:     0 MB | peak reserved:     0 MB)")
+                                   for line in steps), renamed.stdout
+    # the same mathematics under the new name
+    assert [line.split("|")[1] for line in steps] == [
+        line.split("|")[1] for line in old.stdout.splitlines() if line.startswith("step")]

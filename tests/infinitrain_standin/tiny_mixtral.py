@@ -1,6 +1,9 @@
 """The stand-in ``tiny_mixtral``: ``python -m tests.infinitrain_standin.tiny_mixtral FLAGS...`` (what a
 support_moe build folder's ``tiny_mixtral`` script execs). It plays InfiniTrain feat/support_moe
-(b7e0760) ``example/tiny_mixtral/main.cc``:
+(b7e0760) ``example/tiny_mixtral/main.cc``, and with ``@program:mixtral`` its later rename
+(later@0d2bfc7 ``example/mixtral/main.cc``: the same flags and checks, glog's program name
+``mixtral``, and the step line ending ``| peak used: {:5d} MB | peak reserved: {:5d} MB)``,
+later@ed83c8b:example/mixtral/main.cc:155-159):
 
 - gflags-strict with exactly that program's flags (feat/support_moe:example/tiny_mixtral/main.cc:24-35):
   no ``nthread_per_process`` / ``tensor_parallel`` / ..., so those are ``ERROR: unknown command line
@@ -335,8 +338,11 @@ def _sanitize(c: dict, log: Logger) -> None:
 def main(argv: list[str]) -> None:
     from .trainer import _build_opts, _die_no_cuda, read_tokens
     flavour, cuda, argv = _build_opts(argv)
-    fl, _rest = gflags.parse_or_exit(argv, flag_set(), "tiny_mixtral")
-    log = Logger("tiny_mixtral", fl)
+    program = "tiny_mixtral"
+    if argv and argv[0].startswith("@program:"):  # the build's name for it: tiny_mixtral or mixtral
+        program, argv = argv[0].split(":", 1)[1], argv[1:]
+    fl, _rest = gflags.parse_or_exit(argv, flag_set(), program)
+    log = Logger(program, fl)
     mode = _config_mode()
     router_order = _router_order()
     runtime = dict(RUNTIME_CONFIG)  # TinyMixtralConfig(), main.cc:68
@@ -409,9 +415,11 @@ def main(argv: list[str]) -> None:
         durations.append(dur_ms)
         li = fl["log_interval"]
         if li > 0 and ((step + 1) % li == 0 or step + 1 == n_iter):  # main.cc:140-144
+            # the rename adds peak memory (later@ed83c8b:example/mixtral/main.cc:155-159; 0 on CPU)
+            peak = " | peak used:     0 MB | peak reserved:     0 MB" if program == "mixtral" else ""
             sys.stdout.write(f"step {step + 1:4d}/{n_iter} | train loss {float(lossf):.6f} | norm -1.0000 | "
                              f"lr {fl['learning_rate']:.2e} | ({dur_ms:.2f} ms | "
-                             f"{tokens_per_step / (dur_ms / 1e3):.0f} tok/s)\n")
+                             f"{tokens_per_step / (dur_ms / 1e3):.0f} tok/s{peak})\n")
             sys.stdout.flush()
     if durations:  # main.cc:147-155: the first step is left out of the average when there are more
         rest = durations[1:] if len(durations) > 1 else durations
