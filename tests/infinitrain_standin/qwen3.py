@@ -99,7 +99,7 @@ def check_header(path: str, log: Logger) -> None:
 
 def _rotate_half_rows(w, n_heads: int):
     """Each head's rows from interleaved pairs back to rotate_half's halves (the inverse of
-    tests/trainer/models/test_qwen3.py's hf_to_interleaved_rows)."""
+    tests/trainer/models/hf_parity.py's interleaved_rows)."""
     d1 = w.shape[0]
     rest = tuple(w.shape[1:])
     return w.reshape(n_heads, d1 // n_heads // 2, 2, *rest).transpose(1, 2).reshape(d1, *rest)

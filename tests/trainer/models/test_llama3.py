@@ -13,11 +13,11 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from harness.contracts.llmc import read_checkpoint, write_checkpoint
 from harness.trainer.models import LLaMA3, LLaMA3Config, build_model, load_weights
 from harness.trainer.models.llama3.model import rope_frequencies
+from tests.trainer.models.hf_parity import assert_matches_hf, interleaved_rows
 
 transformers = pytest.importorskip("transformers")
 
@@ -78,15 +78,6 @@ def make_hf_model(config: LLaMA3Config, seed: int = 0):
     return hf
 
 
-def hf_to_meta_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Invert HF's convert-script permutation of q/k rows (rotate_half -> interleaved pairs).
-
-    HF: w.view(n, d1 // n // 2, 2, d2).transpose(1, 2).reshape(d1, d2); this is its inverse.
-    """
-    d1, d2 = w.shape
-    return w.reshape(n_heads, 2, d1 // n_heads // 2, d2).transpose(1, 2).reshape(d1, d2)
-
-
 def hf_named(hf, getter) -> dict[str, torch.Tensor]:
     """HF tensors (weights or grads, via getter) under our names, q/k rows un-permuted."""
     t = {k: getter(p) for k, p in hf.named_parameters()}
@@ -97,8 +88,8 @@ def hf_named(hf, getter) -> dict[str, torch.Tensor]:
     }
     for i in range(N_LAYER):
         p = f"model.layers.{i}."
-        q = hf_to_meta_rows(t[p + "self_attn.q_proj.weight"], N_HEAD)
-        k = hf_to_meta_rows(t[p + "self_attn.k_proj.weight"], N_KV)
+        q = interleaved_rows(t[p + "self_attn.q_proj.weight"], N_HEAD)
+        k = interleaved_rows(t[p + "self_attn.k_proj.weight"], N_KV)
         out[f"h.{i}.attn.c_attn.weight"] = torch.cat([q, k, t[p + "self_attn.v_proj.weight"]])
         out[f"h.{i}.attn.c_proj.weight"] = t[p + "self_attn.o_proj.weight"]
         out[f"h.{i}.ln_1.weight"] = t[p + "input_layernorm.weight"]
@@ -127,21 +118,7 @@ def test_llama3_matches_hf_logits_and_grads(theta, scaled, tmp_path):
     T = 40
     idx = torch.randint(0, V, (2, T), generator=g)
     targets = torch.randint(0, V, (2, T), generator=g)
-    hf_logits = hf(input_ids=idx).logits
-    logits = ours(idx)
-    assert logits.shape == (2, T, V)
-    torch.testing.assert_close(logits, hf_logits, atol=1e-5, rtol=1e-5)
-
-    hf_loss = F.cross_entropy(hf_logits.reshape(-1, V), targets.reshape(-1))
-    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
-    torch.testing.assert_close(loss, hf_loss, atol=1e-6, rtol=1e-6)
-    hf_loss.backward()
-    loss.backward()
-    expected = hf_named(hf, lambda p: p.grad)
-    ours_named = dict(ours.named_parameters())
-    assert set(ours_named) == set(expected)
-    for name, p in ours_named.items():
-        torch.testing.assert_close(p.grad, expected[name], atol=1e-5, rtol=1e-4, msg=name)
+    hf_logits = assert_matches_hf(ours, hf, hf_named, idx, targets)
 
     # the comparison is sensitive to the RoPE variant: the other one is far off at this T
     other = build_model(dataclasses.replace(config, use_scaled_rope=not scaled))

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from harness.contracts.llmc import read_checkpoint, write_checkpoint
 from harness.contracts.mixtral_facts import MIXTRAL_FACTS
 from harness.trainer.models import Mixtral, MixtralConfig, build_model, load_weights
-from tests.trainer.models.test_llama3 import hf_to_meta_rows
+from tests.trainer.models.hf_parity import assert_matches_hf, interleaved_rows
 
 transformers = pytest.importorskip("transformers")
 
@@ -66,8 +66,8 @@ def hf_named(hf, getter) -> dict[str, torch.Tensor]:
            "lm_head.weight": t["lm_head.weight"]}
     for i in range(N_LAYER):
         p, h = f"model.layers.{i}.", f"h.{i}."
-        q = hf_to_meta_rows(t[p + "self_attn.q_proj.weight"], N_HEAD)
-        k = hf_to_meta_rows(t[p + "self_attn.k_proj.weight"], N_KV)
+        q = interleaved_rows(t[p + "self_attn.q_proj.weight"], N_HEAD)
+        k = interleaved_rows(t[p + "self_attn.k_proj.weight"], N_KV)
         out[h + "attn.c_attn.weight"] = torch.cat([q, k, t[p + "self_attn.v_proj.weight"]])
         out[h + "attn.c_proj.weight"] = t[p + "self_attn.o_proj.weight"]
         out[h + "ln_1.weight"] = t[p + "input_layernorm.weight"]
@@ -110,21 +110,7 @@ def test_mixtral_matches_hf_logits_loss_and_grads(tmp_path):
     idx = torch.randint(0, V, (2, T), generator=g)
     targets = torch.randint(0, V, (2, T), generator=g)
     assert routed_experts(ours, idx) == [set(range(E))] * N_LAYER  # every expert gets tokens
-    hf_logits = hf(input_ids=idx).logits
-    logits = ours(idx)
-    assert logits.shape == (2, T, V)
-    torch.testing.assert_close(logits, hf_logits, atol=1e-5, rtol=1e-5)
-
-    hf_loss = F.cross_entropy(hf_logits.reshape(-1, V), targets.reshape(-1))
-    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
-    torch.testing.assert_close(loss, hf_loss, atol=1e-6, rtol=1e-6)
-    hf_loss.backward()
-    loss.backward()
-    expected = hf_named(hf, lambda p: p.grad)
-    ours_named = dict(ours.named_parameters())
-    assert set(ours_named) == set(expected)
-    for name, p in ours_named.items():
-        torch.testing.assert_close(p.grad, expected[name], atol=1e-5, rtol=1e-4, msg=name)
+    hf_logits = assert_matches_hf(ours, hf, hf_named, idx, targets)
 
     # the comparison bites: the gate on the other projection (c_fc) is far off
     swapped = dict(tensors)

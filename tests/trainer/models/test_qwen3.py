@@ -15,12 +15,12 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from harness.contracts.llmc import checkpoint_info, read_checkpoint, write_checkpoint
 from harness.contracts.models import QWEN3_SPEC, Qwen3Config
 from harness.trainer.models import build_model, load_weights
 from harness.trainer.models.qwen3.model import Qwen3
+from tests.trainer.models.hf_parity import assert_matches_hf, interleaved_rows
 
 transformers = pytest.importorskip("transformers")
 
@@ -53,14 +53,6 @@ def make_hf_model(config: Qwen3Config, seed: int = 0):
     return hf
 
 
-def hf_to_interleaved_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Each head's rows from rotate_half's order (first half, second half) to interleaved pairs
-    (row 2j is HF's row j, row 2j + 1 HF's row j + hd/2): LLaMA's HF permutation, inverted."""
-    d1 = w.shape[0]
-    rest = w.shape[1:]
-    return w.reshape(n_heads, 2, d1 // n_heads // 2, *rest).transpose(1, 2).reshape(d1, *rest)
-
-
 def hf_named(hf, getter) -> dict[str, torch.Tensor]:
     """HF tensors (weights or grads, via getter) under the program's names, converted."""
     t = {k: getter(p) for k, p in hf.named_parameters()}
@@ -68,12 +60,12 @@ def hf_named(hf, getter) -> dict[str, torch.Tensor]:
            "lm_head.weight": t["lm_head.weight"]}
     for i in range(N_LAYER):
         p = f"model.layers.{i}."
-        q = hf_to_interleaved_rows(t[p + "self_attn.q_proj.weight"], N_HEAD)
-        k = hf_to_interleaved_rows(t[p + "self_attn.k_proj.weight"], N_KV)
+        q = interleaved_rows(t[p + "self_attn.q_proj.weight"], N_HEAD)
+        k = interleaved_rows(t[p + "self_attn.k_proj.weight"], N_KV)
         out[f"h.{i}.attn.c_attn.weight"] = torch.cat([q, k, t[p + "self_attn.v_proj.weight"]])
-        out[f"h.{i}.attn.q_norm.weight"] = hf_to_interleaved_rows(
+        out[f"h.{i}.attn.q_norm.weight"] = interleaved_rows(
             t[p + "self_attn.q_norm.weight"], 1)
-        out[f"h.{i}.attn.k_norm.weight"] = hf_to_interleaved_rows(
+        out[f"h.{i}.attn.k_norm.weight"] = interleaved_rows(
             t[p + "self_attn.k_norm.weight"], 1)
         out[f"h.{i}.attn.c_proj.weight"] = t[p + "self_attn.o_proj.weight"]
         out[f"h.{i}.ln_1.weight"] = t[p + "input_layernorm.weight"]
@@ -102,22 +94,7 @@ def test_qwen3_matches_hf_logits_loss_and_grads(theta, tmp_path):
     load_weights(ours, checkpoint.tensors)
 
     idx, targets = _batch()
-    hf_logits = hf(input_ids=idx).logits
-    logits = ours(idx)
-    torch.testing.assert_close(logits, hf_logits, atol=1e-5, rtol=1e-5)
-    hf_loss = F.cross_entropy(hf_logits.reshape(-1, V), targets.reshape(-1))
-    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
-    torch.testing.assert_close(loss, hf_loss, atol=1e-6, rtol=1e-6)
-    hf_loss.backward()
-    loss.backward()
-    expected = hf_named(hf, lambda p: p.grad)
-    ours_named = dict(ours.named_parameters())
-    assert set(ours_named) == set(expected)
-    for name, p in ours_named.items():
-        torch.testing.assert_close(p.grad, expected[name], atol=1e-5, rtol=1e-4, msg=name)
-    norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in ours_named.values()))
-    hf_norm = torch.sqrt(sum((g.double() ** 2).sum() for g in expected.values()))
-    torch.testing.assert_close(norm, hf_norm, rtol=1e-6, atol=0)
+    assert_matches_hf(ours, hf, hf_named, idx, targets, grad_norm=True)
 
 
 def test_the_q_and_k_norms_and_their_gain_order_are_what_makes_it_qwen3():
