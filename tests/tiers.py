@@ -189,6 +189,7 @@ MODULES: dict[str, str] = {
     "tests/trainer/models/test_qwen3.py": HEAVY,
     "tests/trainer/models/test_parts.py": UNIT,
     "tests/trainer/models/test_train_specs.py": UNIT,
+    "tests/trainer/test_replay.py": HEAVY,
     "tests/trainer/parallel/test_e2e.py": TORCHRUN,
     "tests/trainer/parallel/test_plan.py": UNIT,
     "tests/trainer/parallel/test_tensor_parallel.py": UNIT,

@@ -1,0 +1,189 @@
+"""Every module of a bundled model replayed on a subject's own recorded tensors: the error a
+module adds on its own inputs, forward and backward (a shadow comparison; judged by
+harness.compare.blame, recorded as harness.contracts.replay).
+
+A module-level trace (harness.contracts.trace) holds each module's forward output and the
+gradient of that output. The replay runs the bundled model over the traced step's batches with
+every module's output replaced by the subject's record of it, straight through (the value is
+the subject's, the gradient flows on as the module's own): so each module computes on the
+inputs the subject's modules gave it, whether its input is a recorded output itself or what the
+model's inline code builds from recorded outputs (a residual sum, the attention core between
+c_attn and c_proj). Its output there is compared with the subject's record of it. In the
+backward alike: the gradient arriving at a module's output is replaced by the subject's record
+of it, so the gradient each output receives is what its consumers' backward computed from the
+subject's own gradients; that is compared with the subject's record of the output's gradient.
+
+Run twice, in float64 (the arbiter) and in the subject's dtype: a row's subject error is the
+subject's distance from the float64 replay, its floor error the dtype replay's. Where the
+subject recorded no tensor of a call, or one of another shape, that module is not replaced (its
+consumers see the partner's own output there) and its row says so: no input is guessed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.contracts.replay import ReplayRow
+
+Key = tuple[str, str, int]  # (module, phase, call index)
+# How far back from a module's input the graph is walked to find the recorded outputs it was
+# built from (inline code between modules: a residual sum, the attention core, a reshape).
+_WALK_LIMIT = 4096
+
+
+@dataclass
+class _Pass:
+    """One replay pass: what each module computed on the subject's inputs, and which modules
+    each recorded output fed."""
+    replayed: dict[Key, torch.Tensor] = field(default_factory=dict)
+    consumers: dict[str, list[str]] = field(default_factory=dict)
+    notes: dict[Key, str] = field(default_factory=dict)
+
+
+class _Substitution:
+    """Hooks on every named submodule: record its output, replace it by the subject's."""
+
+    def __init__(self, model: nn.Module, recorded: Mapping[Key, np.ndarray],
+                 dtype: torch.dtype) -> None:
+        self.recorded = recorded
+        self.dtype = dtype
+        self.calls: Counter = Counter()
+        self.marks: dict = {}  # a replaced output's grad node -> its module
+        self.result = _Pass()
+        self.handles = []
+        for name, module in model.named_modules():
+            if name:
+                self.handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
+                self.handles.append(module.register_forward_hook(self._hook(name)))
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+    def _record(self, name: str, phase: str) -> tuple[Key, np.ndarray | None]:
+        key = (name, phase, self.calls[(name, phase)])
+        self.calls[(name, phase)] += 1
+        return key, self.recorded.get(key)
+
+    def _pre_hook(self, name: str):
+        def hook(_module, args):
+            for arg in args:
+                if isinstance(arg, torch.Tensor) and arg.grad_fn is not None:
+                    for producer in self._producers(arg.grad_fn):
+                        users = self.result.consumers.setdefault(producer, [])
+                        if name not in users:
+                            users.append(name)
+        return hook
+
+    def _producers(self, node) -> list[str]:
+        """The replaced outputs a tensor was built from, through inline code only."""
+        found, seen, stack = [], set(), [node]
+        while stack and len(seen) < _WALK_LIMIT:
+            current = stack.pop()
+            if current is None or current in seen:
+                continue
+            seen.add(current)
+            if current in self.marks:
+                found.append(self.marks[current])
+                continue
+            stack.extend(next_node for next_node, _ in current.next_functions)
+        return found
+
+    def _hook(self, name: str):
+        def hook(_module, _args, output):
+            if not isinstance(output, torch.Tensor):
+                return None  # a tuple output is compared by no row: left as it is
+            key, subject = self._record(name, "forward")
+            self.result.replayed[key] = output.detach().to(torch.float64).clone()
+            if subject is None:
+                self.result.notes[key] = "not in the subject's trace: its consumers see the " \
+                                         "partner's own output"
+                return None
+            if tuple(subject.shape) != tuple(output.shape):
+                self.result.notes[key] = (f"the subject's tensor is {tuple(subject.shape)}, the "
+                                          f"partner's {tuple(output.shape)}: not replaced")
+                return None
+            value = torch.tensor(subject, dtype=output.dtype)  # a copy: autograd may write into it
+            replaced = output + (value - output).detach() if output.requires_grad else value
+            if replaced.requires_grad:
+                self.marks[replaced.grad_fn] = name
+                replaced.register_hook(self._grad_hook(name))
+            return replaced
+        return hook
+
+    def _grad_hook(self, name: str):
+        def hook(grad):
+            key, subject = self._record(name, "backward")
+            self.result.replayed[key] = grad.detach().to(torch.float64).clone()
+            if subject is None or tuple(subject.shape) != tuple(grad.shape):
+                return None
+            return torch.tensor(subject, dtype=grad.dtype)  # a copy: gradients accumulate in place
+        return hook
+
+
+def replay_pass(build: Callable[[torch.dtype], nn.Module], batches: Sequence[tuple],
+                recorded: Mapping[Key, np.ndarray], dtype: torch.dtype) -> _Pass:
+    """One pass of the step in `dtype`: `build(dtype)` gives the partner model at the traced
+    step's weights, `batches` the step's (inputs, targets) microbatches; each microbatch's mean
+    cross-entropy is divided by their count (as InfiniTrain's and the bundled trainer's loops)."""
+    model = build(dtype)
+    substitution = _Substitution(model, recorded, dtype)
+    try:
+        for inputs, targets in batches:
+            logits = model(torch.as_tensor(inputs))
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                   torch.as_tensor(targets).reshape(-1)) / len(batches)
+            loss.backward()
+    finally:
+        substitution.close()
+    return substitution.result
+
+
+def replay_rows(order: Sequence[Key], recorded: Mapping[Key, np.ndarray], exact: _Pass,
+                dtype_pass: _Pass) -> list[ReplayRow]:
+    """One row per recorded tensor, in the subject's order: its distance from the float64
+    replay, the dtype replay's distance, or the reason it has neither."""
+    rows = []
+    for position, key in enumerate(order):
+        name, phase, index = key
+        subject = recorded[key]
+        shape = tuple(int(d) for d in subject.shape)
+        base = {"module": name, "phase": phase, "index": index, "order": position,
+                "shape": shape}
+        reference, own = exact.replayed.get(key), dtype_pass.replayed.get(key)
+        note = None
+        if reference is None or own is None:
+            note = "the partner made no such call (its model has no module of this name, or " \
+                   "fewer calls of it)"
+        elif tuple(reference.shape) != shape:
+            note = f"the subject's tensor is {shape}, the partner's {tuple(reference.shape)}"
+        elif not np.isfinite(subject).all():
+            note = (f"the subject's recorded tensor holds {int((~np.isfinite(subject)).sum())} "
+                    f"NaN / Inf values (the subject's, not the replay's)")
+        if note is not None:
+            rows.append(ReplayRow(**base, note=note))
+            continue
+        exact64 = reference.numpy()
+        rows.append(ReplayRow(
+            **base, subject_error=float(np.max(np.abs(subject.astype(np.float64) - exact64))),
+            floor_error=float(np.max(np.abs(own.numpy() - exact64))),
+            scale=float(np.max(np.abs(exact64))),
+            consumers=tuple(sorted(exact.consumers.get(name, ()),
+                                   key=lambda c: -c.count("."))) if phase == "backward" else ()))
+    return rows
+
+
+def replay(build: Callable[[torch.dtype], nn.Module], batches: Sequence[tuple],
+           recorded: Mapping[Key, np.ndarray], order: Sequence[Key],
+           dtype: torch.dtype = torch.float32) -> list[ReplayRow]:
+    """The rows of one traced step: the float64 pass and the subject's dtype pass."""
+    exact = replay_pass(build, batches, recorded, torch.float64)
+    own = replay_pass(build, batches, recorded, dtype)
+    return replay_rows(order, recorded, exact, own)
