@@ -187,3 +187,89 @@ def replay(build: Callable[[torch.dtype], nn.Module], batches: Sequence[tuple],
     exact = replay_pass(build, batches, recorded, torch.float64)
     own = replay_pass(build, batches, recorded, dtype)
     return replay_rows(order, recorded, exact, own)
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def subject_tensors(folder, program: str | None) -> tuple[list[Key], dict[Key, np.ndarray],
+                                                           list[str]]:
+    """A subject's one-rank trace (its --precision_check folder) under the bundled model's
+    names: (execution order, tensors, what was left out and why). `program`: a foreign
+    program's pairing facts (harness.contracts.trace); None: the bundled trainer's own names.
+    Only each call's first output is replayed (tensor[0])."""
+    from harness.contracts.trace import find_trace_root, pairing_of, read_trace, trace_ranks
+
+    root = find_trace_root(folder)
+    ranks = trace_ranks(root)
+    if ranks != [0]:
+        raise ValueError(f"{root}: ranks {ranks}: the replay takes a one-device trace "
+                         f"(rank 0 only)")
+    pairing = pairing_of(program) if program else None
+    order, tensors, left_out = [], {}, []
+    for entry in read_trace(root, 0).entries:
+        if entry.tensor != 0:
+            continue
+        name = pairing.bundled_name(entry.module) if pairing is not None else entry.module
+        if name is None:
+            left_out.append(f"{entry.label}: {pairing.why_unpaired(entry.module, 'subject')}")
+            continue
+        key = (name, entry.phase, entry.index)
+        order.append(key)
+        tensors[key] = np.load(entry.file)
+    return order, tensors, left_out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.trainer.replay --trace DIR --checkpoint F --input_bin F ... --out
+    replay.jsonl`: the traced step 1 of a one-device run replayed module by module."""
+    import argparse
+
+    from harness.contracts.llmc import read_checkpoint, read_tokens
+    from harness.contracts.replay import write_replay
+    from harness.trainer.data import StepBatches
+    from harness.trainer.models import build_model, load_weights
+
+    parser = argparse.ArgumentParser(prog="python -m harness.trainer.replay",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace", required=True, help="the subject's --precision_check folder")
+    parser.add_argument("--program", default=None,
+                        help="the subject's InfiniTrain program (its module names' pairing "
+                             "facts); left out: the bundled trainer's own names")
+    parser.add_argument("--checkpoint", required=True, help="the llm.c model file of step 1")
+    parser.add_argument("--input_bin", required=True, help="the token file")
+    parser.add_argument("--batch_size", type=int, required=True)
+    parser.add_argument("--sequence_length", type=int, required=True)
+    parser.add_argument("--total_batch_size", type=int, required=True)
+    parser.add_argument("--dtype", default="float32", choices=("float32",),
+                        help="the subject's dtype (bfloat16 floors are not measured)")
+    parser.add_argument("--out", required=True, help="where the rows go (JSON lines)")
+    args = parser.parse_args(argv)
+
+    checkpoint = read_checkpoint(args.checkpoint)
+    span = args.batch_size * args.sequence_length
+    if args.total_batch_size % span:
+        parser.error(f"--total_batch_size {args.total_batch_size} is not a multiple of "
+                     f"batch_size * sequence_length = {span}")
+    tokens = read_tokens(args.input_bin, vocab_size=checkpoint.config.vocab_size)
+    inputs, targets = StepBatches(tokens, args.batch_size, args.sequence_length,
+                                  args.total_batch_size // span).next_step()
+    batches = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in zip(inputs, targets)]
+
+    def build(dtype: torch.dtype) -> nn.Module:
+        model = build_model(checkpoint.config)
+        load_weights(model, checkpoint.tensors)
+        return model.to(dtype)
+
+    torch.manual_seed(0)
+    order, tensors, left_out = subject_tensors(args.trace, args.program)
+    rows = replay(build, batches, tensors, order, torch.float32)
+    write_replay(args.out, rows)
+    for line in left_out:
+        print(f"not replayed: {line}")
+    print(f"{len(rows)} rows: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
