@@ -156,6 +156,7 @@ MODULES: dict[str, str] = {
     "tests/runner/test_kept_unknown.py": UNIT,
     "tests/runner/test_checkpoints.py": UNIT,
     "tests/runner/test_diagnosis.py": UNIT,
+    "tests/runner/test_replay_stage.py": SUBPROCESS,
     "tests/runner/test_fp64_ratio.py": UNIT,
     "tests/runner/test_judge_stages.py": UNIT,
     "tests/runner/test_plan_stage.py": UNIT,

@@ -73,6 +73,9 @@ class BaselineCheck:
         if self.trace is not None and self.trace.get("status") == "diverged":
             lines += [f"  modules of step {self.trace['step']} against the baseline's: "
                       f"{self.trace['line']}"]
+        if self.trace is not None and (self.trace.get("blame") or {}).get("status") == "blamed":
+            lines += [f"  each module of step {self.trace['step']} on the subject's own "
+                      f"inputs: {self.trace['blame']['line']}"]
         if lines:
             return [head, *lines]
         return [head + (f": {self.reason}" if self.reason else "")]
@@ -96,12 +99,19 @@ class BaselineCheck:
 
 def with_module_check(check: BaselineCheck, trace: dict) -> BaselineCheck:
     """The check with its step-1 module comparison (harness.runner.trace): a divergence fails
-    it, with the first diverging module in its reason; a trace not taken is only recorded."""
-    if trace.get("status") != "diverged":
+    it, with the first diverging module in its reason, and so does a module its replay blames
+    on its own inputs (trace["blame"], harness.runner.replay); a trace not taken is only
+    recorded."""
+    reasons = []
+    if trace.get("status") == "diverged":
+        reasons.append(f"modules at step {trace['step']}: {trace['line']}")
+    blame = trace.get("blame") or {}
+    if blame.get("status") == "blamed":
+        reasons.append(f"module replay at step {trace['step']}: {blame['line']}")
+    if not reasons:
         return replace(check, trace=trace)
-    reason = f"modules at step {trace['step']}: {trace['line']}"
     return replace(check, trace=trace, status="failed",
-                   reason="; ".join(filter(None, [check.reason, reason])))
+                   reason="; ".join(filter(None, [check.reason, *reasons])))
 
 
 def judged(source: str, run_steps: list[dict], base_steps: list[int], base_losses: list[float],

@@ -106,3 +106,16 @@ def judge(rows: tuple[ReplayRow, ...] | list[ReplayRow],
     ordered = sorted(rows, key=lambda r: r.order)
     return Blame(tuple(Judged(r, None if r.note is not None else thresholds.floor(r))
                        for r in ordered), thresholds)
+
+
+# A call's floor per subject dtype. float32: measured on real InfiniTrain CPU builds (feat/add_
+# Qwen3-8B a3f84f8's gpt2, llama3 and qwen3 on the `infinitrain` preset, step 1, 168 / 182 / 182
+# replayed calls; docs/benchmarks.md#module-replay): every clean call's local error within
+# 1.76 x the bundled model's own float32 error on the same inputs, and zero where that is zero;
+# 16 x keeps 9x over the worst. min_relative 1e-6: 16 float32 roundings (2^-24 each) of the
+# call's largest value, for calls the float32 replay computes exactly. bfloat16 is not measured.
+REPLAY_THRESHOLDS = {
+    "float32": BlameThresholds(16.0, 1e-6, "docs/benchmarks.md#module-replay: clean InfiniTrain "
+                                           "calls within 1.76 x the bundled float32 replay's "
+                                           "own error; 16 x"),
+}

@@ -33,6 +33,7 @@ from harness.compare.trace import Naming, TraceThresholds, compare_traces, not_t
 from harness.contracts.trace import TraceError, trace_flags
 from harness.reference import ReferenceError
 
+from .replay import blame_of, not_replayed, replay_unavailable
 from .stages import Collected, Judged, RunTarget, CasePlan
 
 TRACE_POLICIES = ("failed", "all", "none")
@@ -105,9 +106,19 @@ def trace_lines(trace: dict | None) -> list[str]:
         return []
     if trace["status"] in ("diverged", "matched"):
         return [f"trace of step {trace['step']} against the {trace['partner']}: "
-                f"{trace['line']}"]
+                f"{trace['line']}", *blame_lines(trace)]
     return [f"trace of step {trace['step']} against the {trace['partner']}: "
             f"{trace['status']}: {trace['reason']}"]
+
+
+def blame_lines(trace: dict) -> list[str]:
+    """The failure text's replay part: the module blamed on its own inputs, or why none was."""
+    blame = trace.get("blame")
+    if not blame:
+        return []
+    if blame["status"] in ("skipped", "error"):
+        return [f"module replay: {blame['status']}: {blame['reason']}"]
+    return [f"module replay (each module on the subject's own inputs): {blame['line']}"]
 
 
 class Tracer:
@@ -222,6 +233,8 @@ class Tracer:
                 return not_traced("error", f"{name} traced run to step {step} failed: "
                                   f"{ran.outputs.problem or f'exit code {result.returncode}'}"
                                   f" (log {result.stderr})", step, partner)
+        # the replay reads the subject's tensors, which the comparison below removes
+        blame = self._blame(planned, step, folder) if partner == BASELINE else None
         try:
             # a cached baseline trace stays for the next case and session
             diff = compare_traces(folder / "run" / "dump", partner_dump, naming,
@@ -233,4 +246,20 @@ class Tracer:
         record = diff.to_dict()
         # the traced runs' wall time beside the comparison's (cost.seconds)
         record["cost"].update({k: round(v, 3) for k, v in seconds.items()})
+        if blame is not None:
+            record["blame"] = blame
         return record
+
+    def _blame(self, planned: CasePlan, step: int, folder: Path) -> dict:
+        """The subject's traced step replayed module by module (harness.runner.replay)."""
+        runner, case = self.runner, planned.case
+        why = replay_unavailable(case.world_size, step, case.flags.get("dtype"))
+        if why is not None:
+            return not_replayed("skipped", why)
+        try:
+            flags = runner.backend.baseline_flags(case.model, case.args)
+        except ValueError as error:  # no bundled flags compute the case
+            return not_replayed("skipped", f"not replayed: {error}")
+        program = case.model if runner.backend.trace_pairing(case.model) is not None else None
+        return blame_of(folder / "run" / "dump", folder / "replay", program, flags,
+                        planned.checkpoint, planned.input_bin, runner.settings.timeout_s)
