@@ -65,7 +65,7 @@ class Judged:
         if self.floor is None:
             return f"{row.label}: not replayed: {row.note}"
         where = (f"{row.module} forward" + (f" (call {row.index})" if row.index else "")
-                 + ", run on the subject's own inputs")
+                 + ", run on the subject's own inputs" + _inputs(row))
         if row.phase == "backward":
             writers = ", ".join(row.consumers) or "the loss"
             where = (f"the gradient of {row.module}'s output" +
@@ -74,6 +74,19 @@ class Judged:
         return (f"{where}: local error {self.relative(row.subject_error):.2g} relative "
                 f"(max |d| {row.subject_error:.2g} at a max of {row.scale:.2g}), floor "
                 f"{self.relative(self.floor):.2g}" + (" <- blamed" if self.over else ""))
+
+
+def _inputs(row: ReplayRow) -> str:
+    """` (its input: h.0.attn.c_attn's output through h.0.attn's own code)` for a forward row
+    whose input the partner's inline code built: blaming it blames that code too."""
+    if not row.inputs:
+        return ""
+    sources = ", ".join(f"{name}'s" for name in row.inputs)
+    if not row.inline:
+        return f" ({sources} output)"
+    parts = row.module.split(".")
+    owner = ".".join(parts[:-1]) if len(parts) > 1 else "the model"
+    return f" ({sources} output through {owner}'s own code before it)"
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,12 @@ class Naming:
         return self.pairing.why_unpaired(module, "subject") if self.pairing is not None \
             else None
 
+    def flat_view(self, partner_module: str, shape: tuple, partner_shape: tuple) -> bool:
+        """Whether the run's tensor is the partner's seen as (rows, last dim), as the pairing
+        facts say the program writes that module's (qwen3's q / k norms)."""
+        return self.pairing is not None and self.pairing.as_bundled_shape(
+            partner_module, tuple(shape), tuple(partner_shape))
+
 
 @dataclass(frozen=True)
 class ModuleDiff:
@@ -284,7 +290,8 @@ def compare_traces(run_folder: str | Path, partner_folder: str | Path, naming: N
     for p in walk_order(partners):
         candidates = [(r, e) for r, e in pool.get((p.module, p.phase), [])
                       if (r, e.order) not in used]
-        same = [(r, e) for r, e in candidates if e.index == p.index and e.shape == p.shape]
+        same = [(r, e) for r, e in candidates if e.index == p.index
+                and (e.shape == p.shape or naming.flat_view(p.module, e.shape, p.shape))]
         fitting = [(r, e) for r, e in candidates if _fits(e.shape, p.shape)]
         if calls[(p.module, p.phase)] > 1:  # the partner's calls (microbatches) each have theirs
             fitting = [(r, e) for r, e in fitting if e.index == p.index] or fitting
@@ -314,6 +321,8 @@ def compare_traces(run_folder: str | Path, partner_folder: str | Path, naming: N
             got = _load(entry)
             read += got.nbytes
             note = None
+            if got.shape != ref.shape and naming.flat_view(p.module, got.shape, ref.shape):
+                got = got.reshape(ref.shape)  # the subject's (rows, last dim) view (a fact)
             if got.shape == ref.shape:
                 view = ref
             else:  # _fits: exactly one dim differs, and divides the partner's

@@ -7,21 +7,23 @@ One JSON object per line, in the subject's execution order (its forward, then it
 
     {"module": "h.3.ln_2", "phase": "backward", "index": 0, "order": 41, "shape": [2, 64, 24],
      "subject_error": 7.8e-07, "floor_error": 5.9e-08, "scale": 3.3e-03,
-     "consumers": ["h.3.mlp", "h.3.mlp.c_fc"], "note": null}
+     "consumers": ["h.3.mlp", "h.3.mlp.c_fc"], "note": null, "inputs": [], "inline": false}
 
 `subject_error` is max |subject - float64 replay|, `floor_error` max |dtype replay - float64
 replay|, `scale` max |float64 replay|. For a forward row the replayed tensor is the module's
 output on the subject's inputs; for a backward row it is the gradient of the module's output as
 its consumers' backward wrote it from the subject's own gradients (`consumers`: the modules
 whose inputs that output feeds, innermost first; inline code such as a residual sum is the
-enclosing module's). `note` says why a row was not replayed (its errors are then null).
+enclosing module's). A forward row's `inputs` are the recorded outputs its input was built from
+(`inline`: through the model's own code between modules, such as the attention core between
+c_attn and c_proj). `note` says why a row was not replayed (its errors are then null).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .trace import PHASES
@@ -45,6 +47,10 @@ class ReplayRow:
     scale: float | None = None
     consumers: tuple[str, ...] = ()
     note: str | None = None  # why it was not replayed
+    # forward: the recorded outputs its input was built from, and whether inline code (a
+    # residual sum, the attention core) lay between them and the module
+    inputs: tuple[str, ...] = ()
+    inline: bool = False
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -71,12 +77,13 @@ class ReplayRow:
         return {"module": self.module, "phase": self.phase, "index": self.index,
                 "order": self.order, "shape": list(self.shape),
                 "subject_error": self.subject_error, "floor_error": self.floor_error,
-                "scale": self.scale, "consumers": list(self.consumers), "note": self.note}
+                "scale": self.scale, "consumers": list(self.consumers), "note": self.note,
+                "inputs": list(self.inputs), "inline": self.inline}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ReplayRow":
         expected = {"module", "phase", "index", "order", "shape", "subject_error",
-                    "floor_error", "scale", "consumers", "note"}
+                    "floor_error", "scale", "consumers", "note", "inputs", "inline"}
         unknown = sorted(set(data) - expected)
         missing = sorted(expected - set(data))
         if unknown or missing:
@@ -86,7 +93,8 @@ class ReplayRow:
                    order=int(data["order"]), shape=tuple(int(d) for d in data["shape"]),
                    subject_error=_number(data["subject_error"]),
                    floor_error=_number(data["floor_error"]), scale=_number(data["scale"]),
-                   consumers=tuple(str(c) for c in data["consumers"]), note=data["note"])
+                   consumers=tuple(str(c) for c in data["consumers"]), note=data["note"],
+                   inputs=tuple(str(i) for i in data["inputs"]), inline=bool(data["inline"]))
 
 
 def _number(value):
@@ -119,12 +127,3 @@ def read_replay(path: str | Path) -> tuple[ReplayRow, ...]:
         except (ValueError, TypeError, KeyError) as error:
             raise ReplayRecordError(f"{path}:{number}: {error}") from None
     return tuple(rows)
-
-
-@dataclass(frozen=True)
-class ReplaySummary:
-    """What a replay could not do, said once (a step other than the checkpoint's, a dtype
-    without measured floors)."""
-    replayed: bool
-    reason: str = ""
-    rows: tuple[ReplayRow, ...] = field(default=())

@@ -215,6 +215,13 @@ SCHEMA = {
                                                       "source": {"type": "string",
                                                                  "minLength": 1}}},
                 "modules": {"type": "array", "items": _FACT},
+                # optional: modules (by the last parts of their bundled name) whose tensors the
+                # subject writes as a (rows, last dim) view of the bundled trainer's shape
+                "flattened": {"type": "object", "additionalProperties": False,
+                              "required": ["value", "source"],
+                              "properties": {"value": {"type": "array", "items": {
+                                  "type": "string", "pattern": "^[a-z_0-9.]+$"}},
+                                  "source": {"type": "string", "minLength": 1}}},
             }}}}}
 
 
@@ -237,6 +244,24 @@ class Pairing:
     stage_local_layers: bool  # a PP stage numbers its layers from 0 (InfiniTrain)
     stage_local_source: str
     facts: tuple[ModuleFact, ...]
+    # bundled module names' last parts (`attn.q_norm`) whose tensors the subject writes as a
+    # (rows, last dim) view of the bundled shape, and the source line that shows it
+    flattened: tuple[str, ...] = ()
+    flattened_source: str = ""
+
+    def is_flattened(self, bundled: str) -> bool:
+        return any(bundled == s or bundled.endswith("." + s) for s in self.flattened)
+
+    def as_bundled_shape(self, bundled: str, shape: tuple[int, ...],
+                         target: tuple[int, ...]) -> bool:
+        """Whether a subject tensor of `shape` is the bundled `target` seen flat: the module
+        is one the facts name, the element counts and the last dimension agree."""
+        if not self.is_flattened(bundled) or len(shape) != 2 or not target:
+            return False
+        count = 1
+        for d in target:
+            count *= d
+        return shape[-1] == target[-1] and shape[0] * shape[1] == count
 
     def bundled_name(self, subject: str) -> str | None:
         """The bundled trainer's module for the subject's (a global layer index already in
@@ -274,7 +299,9 @@ def _load() -> dict[str, Pairing]:
     return {name: Pairing(name, entry["prefix"]["value"], entry["prefix"]["source"],
                           entry["stage_local_layers"]["value"],
                           entry["stage_local_layers"]["source"],
-                          tuple(ModuleFact(**fact) for fact in entry["modules"]))
+                          tuple(ModuleFact(**fact) for fact in entry["modules"]),
+                          tuple(entry.get("flattened", {}).get("value", ())),
+                          entry.get("flattened", {}).get("source", ""))
             for name, entry in data["programs"].items()}
 
 

@@ -44,6 +44,8 @@ class _Pass:
     each recorded output fed."""
     replayed: dict[Key, torch.Tensor] = field(default_factory=dict)
     consumers: dict[str, list[str]] = field(default_factory=dict)
+    # module -> (the recorded outputs its inputs were built from, through inline code or not)
+    inputs: dict[str, tuple[list[str], bool]] = field(default_factory=dict)
     notes: dict[Key, str] = field(default_factory=dict)
 
 
@@ -51,8 +53,9 @@ class _Substitution:
     """Hooks on every named submodule: record its output, replace it by the subject's."""
 
     def __init__(self, model: nn.Module, recorded: Mapping[Key, np.ndarray],
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, flat: Callable[[str], bool] = lambda _name: False) -> None:
         self.recorded = recorded
+        self.flat = flat  # modules whose records are a (rows, last dim) view of the output
         self.dtype = dtype
         self.calls: Counter = Counter()
         self.marks: dict = {}  # a replaced output's grad node -> its module
@@ -67,19 +70,25 @@ class _Substitution:
         for handle in self.handles:
             handle.remove()
 
-    def _record(self, name: str, phase: str) -> tuple[Key, np.ndarray | None]:
+    def _record(self, name: str, phase: str, shape: tuple) -> tuple[Key, np.ndarray | None]:
         key = (name, phase, self.calls[(name, phase)])
         self.calls[(name, phase)] += 1
-        return key, self.recorded.get(key)
+        subject = self.recorded.get(key)
+        return key, as_shape(subject, shape, self.flat(name))
 
     def _pre_hook(self, name: str):
         def hook(_module, args):
+            producers, inline = self.result.inputs.setdefault(name, ([], False))
             for arg in args:
                 if isinstance(arg, torch.Tensor) and arg.grad_fn is not None:
+                    inline = inline or arg.grad_fn not in self.marks
                     for producer in self._producers(arg.grad_fn):
+                        if producer not in producers:
+                            producers.append(producer)
                         users = self.result.consumers.setdefault(producer, [])
                         if name not in users:
                             users.append(name)
+            self.result.inputs[name] = (producers, inline)
         return hook
 
     def _producers(self, node) -> list[str]:
@@ -100,7 +109,7 @@ class _Substitution:
         def hook(_module, _args, output):
             if not isinstance(output, torch.Tensor):
                 return None  # a tuple output is compared by no row: left as it is
-            key, subject = self._record(name, "forward")
+            key, subject = self._record(name, "forward", tuple(output.shape))
             self.result.replayed[key] = output.detach().to(torch.float64).clone()
             if subject is None:
                 self.result.notes[key] = "not in the subject's trace: its consumers see the " \
@@ -120,7 +129,7 @@ class _Substitution:
 
     def _grad_hook(self, name: str):
         def hook(grad):
-            key, subject = self._record(name, "backward")
+            key, subject = self._record(name, "backward", tuple(grad.shape))
             self.result.replayed[key] = grad.detach().to(torch.float64).clone()
             if subject is None or tuple(subject.shape) != tuple(grad.shape):
                 return None
@@ -128,13 +137,25 @@ class _Substitution:
         return hook
 
 
+def as_shape(subject: np.ndarray | None, shape: tuple, flat: bool) -> np.ndarray | None:
+    """A subject's tensor in the partner's shape: as it is, or where the pairing facts say the
+    subject writes the module's tensors as a (rows, last dim) view, that view undone."""
+    if subject is None or tuple(subject.shape) == tuple(shape) or not flat:
+        return subject
+    if subject.ndim == 2 and shape and subject.shape[-1] == shape[-1] \
+            and subject.size == int(np.prod(shape)):
+        return subject.reshape(shape)
+    return subject
+
+
 def replay_pass(build: Callable[[torch.dtype], nn.Module], batches: Sequence[tuple],
-                recorded: Mapping[Key, np.ndarray], dtype: torch.dtype) -> _Pass:
+                recorded: Mapping[Key, np.ndarray], dtype: torch.dtype,
+                flat: Callable[[str], bool] = lambda _name: False) -> _Pass:
     """One pass of the step in `dtype`: `build(dtype)` gives the partner model at the traced
     step's weights, `batches` the step's (inputs, targets) microbatches; each microbatch's mean
     cross-entropy is divided by their count (as InfiniTrain's and the bundled trainer's loops)."""
     model = build(dtype)
-    substitution = _Substitution(model, recorded, dtype)
+    substitution = _Substitution(model, recorded, dtype, flat)
     try:
         for inputs, targets in batches:
             logits = model(torch.as_tensor(inputs))
@@ -147,17 +168,19 @@ def replay_pass(build: Callable[[torch.dtype], nn.Module], batches: Sequence[tup
 
 
 def replay_rows(order: Sequence[Key], recorded: Mapping[Key, np.ndarray], exact: _Pass,
-                dtype_pass: _Pass) -> list[ReplayRow]:
+                dtype_pass: _Pass, flat: Callable[[str], bool] = lambda _name: False,
+                ) -> list[ReplayRow]:
     """One row per recorded tensor, in the subject's order: its distance from the float64
     replay, the dtype replay's distance, or the reason it has neither."""
     rows = []
     for position, key in enumerate(order):
         name, phase, index = key
-        subject = recorded[key]
+        reference, own = exact.replayed.get(key), dtype_pass.replayed.get(key)
+        subject = as_shape(recorded[key], tuple(reference.shape) if reference is not None
+                           else (), flat(name))
         shape = tuple(int(d) for d in subject.shape)
         base = {"module": name, "phase": phase, "index": index, "order": position,
                 "shape": shape}
-        reference, own = exact.replayed.get(key), dtype_pass.replayed.get(key)
         note = None
         if reference is None or own is None:
             note = "the partner made no such call (its model has no module of this name, or " \
@@ -171,8 +194,11 @@ def replay_rows(order: Sequence[Key], recorded: Mapping[Key, np.ndarray], exact:
             rows.append(ReplayRow(**base, note=note))
             continue
         exact64 = reference.numpy()
+        producers, inline = exact.inputs.get(name, ([], False)) if phase == "forward" \
+            else ([], False)
         rows.append(ReplayRow(
-            **base, subject_error=float(np.max(np.abs(subject.astype(np.float64) - exact64))),
+            **base, inputs=tuple(producers), inline=inline,
+            subject_error=float(np.max(np.abs(subject.astype(np.float64) - exact64))),
             floor_error=float(np.max(np.abs(own.numpy() - exact64))),
             scale=float(np.max(np.abs(exact64))),
             consumers=tuple(sorted(exact.consumers.get(name, ()),
@@ -182,11 +208,13 @@ def replay_rows(order: Sequence[Key], recorded: Mapping[Key, np.ndarray], exact:
 
 def replay(build: Callable[[torch.dtype], nn.Module], batches: Sequence[tuple],
            recorded: Mapping[Key, np.ndarray], order: Sequence[Key],
-           dtype: torch.dtype = torch.float32) -> list[ReplayRow]:
-    """The rows of one traced step: the float64 pass and the subject's dtype pass."""
-    exact = replay_pass(build, batches, recorded, torch.float64)
-    own = replay_pass(build, batches, recorded, dtype)
-    return replay_rows(order, recorded, exact, own)
+           dtype: torch.dtype = torch.float32,
+           flat: Callable[[str], bool] = lambda _name: False) -> list[ReplayRow]:
+    """The rows of one traced step: the float64 pass and the subject's dtype pass. `flat(name)`:
+    the subject writes that module's tensors as a (rows, last dim) view (pairing facts)."""
+    exact = replay_pass(build, batches, recorded, torch.float64, flat)
+    own = replay_pass(build, batches, recorded, dtype, flat)
+    return replay_rows(order, recorded, exact, own, flat)
 
 
 # ----------------------------------------------------------------------------- the command
@@ -263,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(0)
     order, tensors, left_out = subject_tensors(args.trace, args.program)
-    rows = replay(build, batches, tensors, order, torch.float32)
+    from harness.contracts.trace import pairing_of
+    pairing = pairing_of(args.program) if args.program else None
+    rows = replay(build, batches, tensors, order, torch.float32,
+                  pairing.is_flattened if pairing is not None else (lambda _name: False))
     write_replay(args.out, rows)
     for line in left_out:
         print(f"not replayed: {line}")
