@@ -346,6 +346,11 @@ def pairing_table() -> list[str]:
             lines.append(f"| {pairing.program} | `{pairing.prefix}h.<k>` on a pipeline stage | "
                          f"`h.<the stage's k-th layer>` | a stage numbers its layers from 0 | "
                          f"{_cell(pairing.stage_local_source)} |")
+        for suffix in pairing.flattened:
+            lines.append(f"| {pairing.program} | `{pairing.prefix}h.<i>.{suffix}`, its tensors as "
+                         f"(rows, last dim) | `h.<i>.{suffix}`, its own shape | the program "
+                         f"views the tensor flat around the module: compared as that view | "
+                         f"{_cell(pairing.flattened_source)} |")
         for fact in pairing.facts:
             lines.append(f"| {pairing.program} | {_code(fact.subject)} | {_code(fact.bundled)} "
                          f"| {_cell(fact.why)} | {_cell(fact.source)} |")
