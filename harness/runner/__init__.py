@@ -21,6 +21,8 @@ Per case, under the session folder:
     diagnosis.py       the failure text of a crashed, hung or differing run
     trace.py           the module-level trace: a failed case's step rerun with both sides
                        traced, and the baseline's step-1 module check (--harness-trace)
+    replay.py          the subject's traced step replayed module by module on its own
+                       inputs (harness.trainer.replay, its own process), judged: the blame
     calibrate.py       --harness-calibrate: the reference repeats and passing cases' noise,
                        merged at session end; the thresholds a case is judged with
 """

@@ -198,18 +198,20 @@ def test_qwen3_runs_the_tags_its_groups_variable_names_with_a_pytorch_baseline(t
     `infinitrain` qwen3 file, pass their self-check, and the bundled Qwen3 baseline beside
     them passes too; a warm second session decides the same from the cache."""
     config = BRANCHES / "feat_add_Qwen3-8B.json"
-    select = ("--harness-var", "QWEN3_TEST_GROUPS=basic", "--harness-cases", "basic/qwen3/1,basic/qwen3/2")
+    # case 1 alone: each stand-in run imports transformers (about 10 s); case 2 is the same
+    # program at 5,120 tokens a step, run on the real build (docs/infinitrain.md#qwen3-real-build)
+    select = ("--harness-var", "QWEN3_TEST_GROUPS=basic", "--harness-cases", "basic/qwen3/1")
     output, records = run_branch(tmp_path, "qwen3", config, model_vars, *select,
                                  more=("--harness-baseline", "pytorch"))
-    assert {r["name"] for r in records} == {"basic/qwen3/1", "basic/qwen3/2"}, output[-3000:]
-    assert Counter(r["status"] for r in records) == {"passed": 2}, _failures(records)
+    assert {r["name"] for r in records} == {"basic/qwen3/1"}, output[-3000:]
+    assert Counter(r["status"] for r in records) == {"passed": 1}, _failures(records)
     for record in records:
         assert record["command"][0].endswith("/qwen3") and record["self_check"] == "passed"
         assert record["baseline"]["status"] == "passed", record["baseline"]
         assert record["baseline"]["run"]["model"] == "qwen3"
         # qwen3's Adam (0.9, 0.95): the semantics hand the baseline its beta2
         assert record["baseline"]["run"]["flags"]["adam_beta2"] == 0.95
-    assert len(next(r for r in records if r["case_id"] == "2")["losses"]) == 10
+    assert len(records[0]["losses"]) == 10
     again_output, again = run_branch(tmp_path, "qwen3", config, model_vars, *select,
                                      more=("--harness-baseline", "pytorch"))
     assert {r["name"]: r["status"] for r in again} == {r["name"]: r["status"] for r in records}, \
