@@ -163,8 +163,9 @@ class Tracer:
             return None
         partner = BASELINE if base_failed and not self_failed else REFERENCE
         step = first_failing_step(judged, baseline, partner)
-        if partner == BASELINE and step == 1 and baseline.trace is not None \
-                and baseline.trace.get("status") == "diverged":
+        if partner == BASELINE and step == 1 and baseline.trace is not None and (
+                baseline.trace.get("status") == "diverged"
+                or (baseline.trace.get("blame") or {}).get("status") == "blamed"):
             return None  # the baseline's own module check at step 1 located it
         why = runner.backend.trace_unavailable(case.model, planned.flags)
         if why is None and case.dp > 1 and partner == REFERENCE:

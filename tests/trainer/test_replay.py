@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.assets.generate import init_weights
-from harness.compare.blame import BlameThresholds, judge
+from harness.compare.blame import REPLAY_THRESHOLDS, BlameThresholds, judge
 from harness.compare.trace import Naming, compare_traces
 from harness.contracts.models import GPT2Config, LLaMA3Config
 from harness.contracts.replay import ReplayRow, read_replay, write_replay
@@ -30,7 +30,7 @@ GPT2 = GPT2Config(block_size=32, vocab_size=96, n_layer=3, n_head=2, n_embd=32,
 LLAMA3 = LLaMA3Config(block_size=32, vocab_size=96, n_layer=2, n_head=4, n_kv_head=2, n_embd=32,
                       ffn_dim_multiplier=1.0, multiple_of=16, norm_eps=1e-5, rope_theta=10000.0,
                       use_scaled_rope=False)
-THRESHOLDS = BlameThresholds(factor=16.0, min_relative=1e-6, source="test")
+THRESHOLDS = REPLAY_THRESHOLDS["float32"]  # the thresholds sessions judge with
 
 
 def _batches(config, microbatches=2, seed=3):
