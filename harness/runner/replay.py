@@ -1,5 +1,5 @@
 """The replay stage: a traced one-device step of the subject, every module of the bundled model
-run on the subject's own recorded tensors (`python -m harness.trainer.replay`, in its own
+run on the subject's own recorded tensors (`python -m harness.trainer replay`, in its own
 process), judged module by module against each module's own floor (harness.compare.blame).
 
 It runs where a trace of the subject exists and before its tensors are removed: the baseline's
@@ -47,7 +47,7 @@ def blame_of(trace_folder: Path, out: Path, program: str | None, flags: dict,
     case, the baseline's), judged: the record's `blame`."""
     started = time.time()
     dtype = flags.get("dtype", "float32")
-    argv = [sys.executable, "-m", "harness.trainer.replay", "--trace", str(trace_folder),
+    argv = [sys.executable, "-m", "harness.trainer", "replay", "--trace", str(trace_folder),
             "--checkpoint", str(checkpoint), "--input_bin", str(input_bin),
             "--batch_size", str(flags["batch_size"]),
             "--sequence_length", str(flags["sequence_length"]),

@@ -249,7 +249,7 @@ def subject_tensors(folder, program: str | None) -> tuple[list[Key], dict[Key, n
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.trainer.replay --trace DIR --checkpoint F --input_bin F ... --out
+    """`python -m harness.trainer replay --trace DIR --checkpoint F --input_bin F ... --out
     replay.jsonl`: the traced step 1 of a one-device run replayed module by module."""
     import argparse
 
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.trainer.data import StepBatches
     from harness.trainer.models import build_model, load_weights
 
-    parser = argparse.ArgumentParser(prog="python -m harness.trainer.replay",
+    parser = argparse.ArgumentParser(prog="python -m harness.trainer replay",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", required=True, help="the subject's --precision_check folder")
     parser.add_argument("--program", default=None,
