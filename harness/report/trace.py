@@ -249,6 +249,7 @@ def trace_lines(record: dict, name: str) -> list[str]:
         if caption:
             lines += [f"*{md_escape(caption)}*", ""]
         lines += [f"- {cost_line(trace)}", ""]
+        lines += blame_lines(trace)
         unpaired = section(trace, "unpaired")
         names = [(side, str(n)) for side in ("run", "partner") for n in unpaired.get(side) or []]
         if names:
@@ -256,6 +257,25 @@ def trace_lines(record: dict, name: str) -> list[str]:
                       *(f"- {side}: `{md_escape(n)}`" for side, n in names), "", "</details>",
                       ""]
     return lines
+
+
+def blame_lines(trace: dict) -> list[str]:
+    """The trace's replay (harness.runner.replay, `trace.blame`): its verdict line, the calls
+    over their floors (local error over floor), or why it was not replayed."""
+    blame = trace.get("blame")
+    if not isinstance(blame, dict):
+        return []
+    title = "**Each module on the subject's own inputs** (the replay)"
+    if blame.get("status") in ("skipped", "error"):
+        return [f"- {title}: {blame.get('status')}: "
+                f"{md_escape(str(blame.get('reason') or 'no reason recorded'))}", ""]
+    lines = [f"- {title}: {md_escape(str(blame.get('line') or blame.get('status')))}"]
+    over = blame.get("over") or []
+    if len(over) > 1:
+        lines += [f"  - {md_escape(str(o.get('line')))}" for o in over[1:5]]
+        if len(over) > 5:
+            lines.append(f"  - and {len(over) - 5} more over their floors")
+    return lines + [""]
 
 
 def traced_elsewhere(records: list[dict], shown: set[str]) -> list[str]:

@@ -292,3 +292,28 @@ def test_python_m_harness_report_renders_the_picture(tmp_path, capsys):
     assert f"]({png.name})" in text
     assert "*first diverging: h.1.mlp.gelu forward (rank 0)" in text
     assert "plot(s)" in capsys.readouterr().out
+
+
+def test_the_replay_of_a_trace_is_shown_beside_it():
+    """report.md gives a trace's replay: the blamed call's line, the next calls over their
+    floors, or why it was not replayed."""
+    from harness.report.trace import blame_lines
+    over = [{"line": f"the gradient of h.{i}'s output, written by h.{i + 1}.ln_1's backward: "
+                     f"local error 1e-05 relative, floor 1e-07 <- blamed"} for i in range(7)]
+    blamed = {"status": "blamed", "line": "blamed: " + over[0]["line"], "over": over}
+    lines = blame_lines({"blame": blamed})
+    assert lines[0] == ("- **Each module on the subject's own inputs** (the replay): blamed: the "
+                        "gradient of h.0's output, written by h.1.ln_1's backward: local error "
+                        "1e-05 relative, floor 1e-07 <- blamed")
+    assert lines[1].startswith("  - the gradient of h.1's output") and len(lines) == 7
+    assert lines[5] == "  - and 2 more over their floors" and lines[-1] == ""
+    skipped = {"status": "skipped", "reason": "not replayed: a multi-rank subject | x"}
+    assert blame_lines({"blame": skipped}) == [
+        "- **Each module on the subject's own inputs** (the replay): skipped: not replayed: a "
+        "multi-rank subject \\| x", ""]
+    assert blame_lines({"status": "matched"}) == []
+    record = failed_case({"status": "matched", "step": 1, "partner": "pytorch baseline",
+                          "line": None, "first_diverging": None, "last_matched": None,
+                          "modules": [], "unpaired": {"run": [], "partner": []},
+                          "thresholds": None, "cost": None, "blame": blamed})
+    assert lines[0] in trace_lines(record, record["name"])
