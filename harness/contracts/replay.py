@@ -91,14 +91,10 @@ class ReplayRow:
                              f"{', '.join(sorted(expected))}")
         return cls(module=str(data["module"]), phase=data["phase"], index=data["index"],
                    order=int(data["order"]), shape=tuple(int(d) for d in data["shape"]),
-                   subject_error=_number(data["subject_error"]),
-                   floor_error=_number(data["floor_error"]), scale=_number(data["scale"]),
+                   subject_error=data["subject_error"], floor_error=data["floor_error"],
+                   scale=data["scale"],
                    consumers=tuple(str(c) for c in data["consumers"]), note=data["note"],
                    inputs=tuple(str(i) for i in data["inputs"]), inline=bool(data["inline"]))
-
-
-def _number(value):
-    return None if value is None else (float("nan") if value == "nan" else value)
 
 
 def write_replay(path: str | Path, rows) -> Path:

@@ -46,17 +46,15 @@ class _Pass:
     consumers: dict[str, list[str]] = field(default_factory=dict)
     # module -> (the recorded outputs its inputs were built from, through inline code or not)
     inputs: dict[str, tuple[list[str], bool]] = field(default_factory=dict)
-    notes: dict[Key, str] = field(default_factory=dict)
 
 
 class _Substitution:
     """Hooks on every named submodule: record its output, replace it by the subject's."""
 
     def __init__(self, model: nn.Module, recorded: Mapping[Key, np.ndarray],
-                 dtype: torch.dtype, flat: Callable[[str], bool] = lambda _name: False) -> None:
+                 flat: Callable[[str], bool] = lambda _name: False) -> None:
         self.recorded = recorded
         self.flat = flat  # modules whose records are a (rows, last dim) view of the output
-        self.dtype = dtype
         self.calls: Counter = Counter()
         self.marks: dict = {}  # a replaced output's grad node -> its module
         self.result = _Pass()
@@ -111,14 +109,8 @@ class _Substitution:
                 return None  # a tuple output is compared by no row: left as it is
             key, subject = self._record(name, "forward", tuple(output.shape))
             self.result.replayed[key] = output.detach().to(torch.float64).clone()
-            if subject is None:
-                self.result.notes[key] = "not in the subject's trace: its consumers see the " \
-                                         "partner's own output"
-                return None
-            if tuple(subject.shape) != tuple(output.shape):
-                self.result.notes[key] = (f"the subject's tensor is {tuple(subject.shape)}, the "
-                                          f"partner's {tuple(output.shape)}: not replaced")
-                return None
+            if subject is None or tuple(subject.shape) != tuple(output.shape):
+                return None  # not replaced: its consumers see the partner's own output
             value = torch.tensor(subject, dtype=output.dtype)  # a copy: autograd may write into it
             replaced = output + (value - output).detach() if output.requires_grad else value
             if replaced.requires_grad:
@@ -155,7 +147,7 @@ def replay_pass(build: Callable[[torch.dtype], nn.Module], batches: Sequence[tup
     step's weights, `batches` the step's (inputs, targets) microbatches; each microbatch's mean
     cross-entropy is divided by their count (as InfiniTrain's and the bundled trainer's loops)."""
     model = build(dtype)
-    substitution = _Substitution(model, recorded, dtype, flat)
+    substitution = _Substitution(model, recorded, flat)
     try:
         for inputs, targets in batches:
             logits = model(torch.as_tensor(inputs))
